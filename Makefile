@@ -1,0 +1,55 @@
+# Every target runs in .venv, made from PYTHON: the interpreter that already holds the
+# platform's torch and triton (a ROCm or CUDA container's own builds) where there is one.
+PYTHON ?= python3
+VENV ?= .venv
+# Installed only where PYTHON cannot import them already (a CPU machine, say).
+TORCH ?= torch==2.13.0
+TRITON ?= triton==3.9.0
+ROWS ?= 4096
+COLS ?= 1024
+ITERS ?= 20
+DTYPE ?= float32
+RECIPE ?= recipe.yaml
+OUT ?= profiling_results
+PYTEST_ARGS ?=
+
+PY := $(VENV)/bin/python
+SHELL := bash
+.DEFAULT_GOAL := help
+.PHONY: help setup run test test-gpu lint clean
+
+help: ## list the targets
+	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "  variables: PYTHON VENV TORCH TRITON ROWS COLS ITERS DTYPE RECIPE OUT PYTEST_ARGS"
+
+setup: $(VENV)/.installed ## make .venv: the platform's torch and triton, plus requirements-dev.txt
+
+# --system-site-packages lets .venv see a system interpreter's torch; the .pth file does
+# the same when PYTHON is itself a virtual environment (as in ROCm's images), whose
+# packages --system-site-packages would not reach.
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
+	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/platform.pth"
+	$(PY) -c 'import torch' 2>/dev/null || $(PY) -m pip install -q '$(TORCH)'
+	$(PY) -c 'import triton' 2>/dev/null || $(PY) -m pip install -q '$(TRITON)'
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+run: setup ## check the kernel against torch.softmax (ROWS COLS ITERS DTYPE)
+	$(PY) softmax.py --rows $(ROWS) --cols $(COLS) --iters $(ITERS) --dtype $(DTYPE)
+
+test: setup ## run the CPU tests (GPU tests skip themselves)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-gpu: setup ## run only the GPU tests
+	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
+
+lint: setup ## ruff, shellcheck and hadolint
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/shellcheck $(wildcard *.sh) .ci/run
+
+clean: ## remove .venv, caches and profiling results
+	rm -rf $(VENV) .pytest_cache .ruff_cache $(OUT)
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,34 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# True when softmax.py will run on a GPU; on CPU it falls back to Triton's interpreter.
+HAS_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA or ROCm GPU; run `make test-gpu` on one")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def run(*args, env=None, cwd=ROOT):
+    """Run a command the way a user would, returning the finished process."""
+    return subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
