@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 PY := $(VENV)/bin/python
 SHELL := bash
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-gpu lint clean
+.PHONY: help setup run profile view bench test test-gpu lint clean
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -38,6 +38,17 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 run: setup ## check the kernel against torch.softmax (ROWS COLS ITERS DTYPE)
 	$(PY) softmax.py --rows $(ROWS) --cols $(COLS) --iters $(ITERS) --dtype $(DTYPE)
+
+profile: setup ## run softmax.py under Proton as RECIPE says; results in OUT
+	./profile.sh --recipe '$(RECIPE)' --output '$(OUT)' -- \
+	  $(PY) softmax.py --rows $(ROWS) --cols $(COLS) --iters $(ITERS) --dtype $(DTYPE)
+
+# function_line keeps python-context names to "line@function" instead of full paths.
+view: setup ## print the last capture's tree (proton-viewer -m time/ms)
+	$(PY) -m triton.profiler.viewer -m time/ms -f function_line '$(OUT)/proton.hatchet'
+
+bench: setup ## GPU only: the sweep against torch.softmax, into bench/results
+	$(PY) bench.py
 
 test: setup ## run the CPU tests (GPU tests skip themselves)
 	$(PY) -m pytest $(PYTEST_ARGS)
