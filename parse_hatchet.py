@@ -168,7 +168,7 @@ def _elide_templates(name, keep):
 
 def summarize(paths, artifact_dir):
     """The JSON summary of the given files, the kernels under each chain of user frames
-    (for --folded), and a one-line problem or None."""
+    (the empty chain too, for --folded), and a one-line problem or None."""
     summary = {"proton_artifact_dir": artifact_dir}
     kernels, sites, devices, problems = {}, {}, [], []
     python = False
@@ -177,7 +177,6 @@ def summarize(paths, artifact_dir):
             roots, file_devices = read(path)
         except ValueError as e:
             problems.append(f"{path}: {e}")
-            print(f"parse_hatchet: warning: skipped {path}: {e}", file=sys.stderr)
             continue
         devices += [d for d in file_devices if d not in devices]
         found, file_python = leaves(roots)
@@ -193,10 +192,9 @@ def summarize(paths, artifact_dir):
             for key, value in metrics.items():
                 if (key == "bytes" or key.startswith("flops")) and isinstance(value, int | float):
                     k["bytes" if key == "bytes" else "flops"] += value
-            if chain:
-                site = sites.setdefault(chain, {}).setdefault(name, {"launches": 0, "ms": 0.0})
-                site["ms"] += ms
-                site["launches"] = add_count(site["launches"], launches(metrics))
+            site = sites.setdefault(chain, {}).setdefault(name, {"launches": 0, "ms": 0.0})
+            site["ms"] += ms
+            site["launches"] = add_count(site["launches"], launches(metrics))
         for name, k in per_file.items():
             total = kernels.setdefault(name, {"ms": 0.0, "launches": 0, "bytes": 0, "flops": 0})
             total["ms"] += k["ms"]
@@ -204,6 +202,9 @@ def summarize(paths, artifact_dir):
             total["bytes"] += k["bytes"]
             total["flops"] += k["flops"]
 
+    if len(problems) < len(paths):  # a bad file beside good ones is only skipped
+        for problem in problems:
+            print(f"parse_hatchet: warning: skipped {problem}", file=sys.stderr)
     if not paths:
         return summary, sites, "no .hatchet file found"
     if not kernels:
@@ -237,6 +238,7 @@ def summarize(paths, artifact_dir):
                 "kernels": [{"name": n, **k} for n, k in by_name.items()],
             }
             for chain, by_name in sites.items()
+            if chain  # kernels with no user frame above them (shadow context)
         ),
         key=lambda site: site["ms"],
         reverse=True,

@@ -1,0 +1,254 @@
+"""parse_hatchet.py: aorta's five keys on real and synthetic trees, the per-kernel and
+per-call-site views, and the command line's output files and exit codes."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run
+
+import parse_hatchet as ph
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def leaf(name, ns=None, count=1, **metrics):
+    m = {"count": count, **({"time (ns)": ns} if ns is not None else {}), **metrics}
+    if count is None:
+        del m["count"]
+    return {"frame": {"name": name, "type": "function"}, "metrics": m, "children": []}
+
+
+def node(name, *children):
+    return {"frame": {"name": name, "type": "function"}, "metrics": {}, "children": list(children)}
+
+
+def tree(*children, device=None):
+    return [node("ROOT", *children), device or {}]
+
+
+def write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def summary(path):
+    result, _, problem = ph.summarize(
+        sorted(path.rglob("*.hatchet")) if path.is_dir() else [path], str(path)
+    )
+    return result, problem
+
+
+def cli(*args):
+    return run(sys.executable, ROOT / "parse_hatchet.py", *args)
+
+
+# aorta's own expectations for the real AMD capture.
+
+
+def test_real_amd_capture():
+    s, problem = summary(FIXTURES / "amd-gfx950-vecadd-shadow.hatchet")
+    assert problem is None
+    assert s["proton_kernel_count"] == 12
+    assert s["proton_gpu_time_ms"] == pytest.approx(0.054402)
+    assert s["proton_top_kernel_ms"] == pytest.approx(0.01752)
+    assert s["proton_top_kernels"][0] == "add_kernel"
+    assert s["proton_context"] == "shadow" and s["proton_callsites"] == []
+    assert s["proton_device"] == [
+        {"type": "HIP", "id": "0", "arch": "gfx950", "sm_count": 256, "clock_mhz": 2200.0,
+         "memory_clock_mhz": 1900.0, "memory_bus_bits": 8192}
+    ]  # fmt: skip
+    reduce = next(k for k in s["proton_kernels"] if "reduce_kernel" in k["name"])
+    assert reduce["readable_name"] == "at::native::reduce_kernel<512, 1, at::native::ReduceOp<…>>"
+
+
+# The rules, one synthetic tree each.
+
+
+@pytest.mark.parametrize(
+    "metrics, ms",
+    [
+        ({"time (ns)": 2_000_000}, 2.0),
+        ({"time (us)": 2000}, 2.0),
+        ({"time (ms)": 2}, 2.0),
+        ({"time (s)": 0.002}, 2.0),
+        ({"Time (NS)": 2_000_000}, 2.0),
+        ({"cpu_time (ns)": 5, "time (ns) (inc)": 7, "time (ms)": 2}, 2.0),
+        ({"time (ns)": -1, "time (us)": "nan", "time (ms)": 2}, 2.0),  # unusable, then next
+        ({"time (ms)": "2"}, 2.0),  # aorta reads numeric strings
+    ],
+)
+def test_time_metric(tmp_path, metrics, ms):
+    k = {"frame": {"name": "k"}, "metrics": {"count": 1, **metrics}, "children": []}
+    s, _ = summary(write(tmp_path / "t.hatchet", tree(k)))
+    assert s["proton_gpu_time_ms"] == pytest.approx(ms)
+
+
+def test_a_leaf_without_usable_time_is_no_kernel(tmp_path):
+    t = tree(leaf("k", 1000), leaf("untimed"), leaf("neg", -5), leaf("text", "soon"))
+    s, _ = summary(write(tmp_path / "t.hatchet", t))
+    assert [k["name"] for k in s["proton_kernels"]] == ["k"]
+
+
+def test_sums_by_name_across_call_paths_and_files(tmp_path):
+    write(tmp_path / "a" / "rank0.hatchet", tree(node("f", leaf("k", 1000, 2)), leaf("k", 500, 1)))
+    write(tmp_path / "b.hatchet", tree(leaf("k", 250, 4), leaf("j", 100)))
+    s, _ = summary(tmp_path)
+    assert s["proton_kernel_count"] == 8
+    assert s["proton_gpu_time_ms"] == pytest.approx(0.00185)
+    assert s["proton_top_kernel_ms"] == pytest.approx(0.00175)
+    assert s["proton_top_kernels"] == ["k", "j"]
+
+
+@pytest.mark.parametrize("count", [None, "many", -1, float("nan")])
+def test_unreadable_count_drops_the_count_only(tmp_path, count):
+    t = tree(leaf("a", 1000, 3), leaf("b", 500, count))
+    s, _ = summary(write(tmp_path / "t.hatchet", t))
+    assert "proton_kernel_count" not in s
+    assert s["proton_gpu_time_ms"] == pytest.approx(0.0015)
+    assert next(k for k in s["proton_kernels"] if k["name"] == "b")["launches"] is None
+
+
+def test_ties_keep_first_seen_order_and_top_five(tmp_path):
+    names = ["f", "e", "d", "c", "b", "a", "g"]
+    t = tree(*(leaf(n, 100 if n != "g" else 900) for n in names))
+    s, _ = summary(write(tmp_path / "t.hatchet", t))
+    assert s["proton_top_kernels"] == ["g", "f", "e", "d", "c"]
+    assert len(s["proton_kernels"]) == 7
+
+
+def test_root_is_never_a_kernel(tmp_path):
+    t = [{"frame": {"name": "ROOT"}, "metrics": {"count": 0, "time (ns)": 0}, "children": []}]
+    s, problem = summary(write(tmp_path / "t.hatchet", t))
+    assert s == {"proton_artifact_dir": str(tmp_path / "t.hatchet")}
+    assert "ROOT only" in problem
+
+
+def test_inner_nodes_are_walked_not_counted(tmp_path):
+    inner = node("f", leaf("k", 100))
+    inner["metrics"] = {"count": 9, "time (ns)": 5000}
+    s, _ = summary(write(tmp_path / "t.hatchet", tree(inner)))
+    assert s["proton_kernel_count"] == 1 and s["proton_gpu_time_ms"] == pytest.approx(0.0001)
+
+
+def test_bytes_and_flops_give_rates(tmp_path):
+    t = tree(leaf("k", 1_000_000, 2, bytes=4_000_000_000, flops32=10**12, flops16=10**12))
+    (k,) = summary(write(tmp_path / "t.hatchet", t))[0]["proton_kernels"]
+    assert k["gbyte_per_s"] == pytest.approx(4000)
+    assert k["flop_per_s"] == pytest.approx(2e15)
+    assert k["mean_us"] == pytest.approx(500) and k["share"] == 1.0
+
+
+def test_callsites_collapse_library_frames(tmp_path):
+    lib = "/usr/lib/python3.12/site-packages/triton/runtime/jit.py:744@run"
+    t = tree(
+        node(
+            "<frozen runpy>:198@_run_module_as_main",
+            node(
+                "/workspace/app/train.py:40@<module>",
+                node("/workspace/app/train.py:30@main", node(lib, leaf("kern", 3000, 3))),
+                node("/workspace/app/train.py:31@main", leaf("torch_k", 1000)),
+                node("/workspace/app/train.py:30@main", leaf("kern", 1000, 1)),
+            ),
+        )
+    )
+    s, _ = summary(write(tmp_path / "t.hatchet", t))
+    assert s["proton_context"] == "python"
+    sites = {site["callsite"]: site for site in s["proton_callsites"]}
+    assert set(sites) == {
+        "train.py:40 <module> > train.py:30 main",
+        "train.py:40 <module> > train.py:31 main",
+    }
+    main30 = sites["train.py:40 <module> > train.py:30 main"]
+    assert main30["kernels"] == [{"name": "kern", "launches": 4, "ms": pytest.approx(0.004)}]
+
+
+@pytest.mark.parametrize(
+    "raw, short",
+    [
+        ("add_kernel", "add_kernel"),
+        ("softmax_kernel [4096x1024 float32]", "softmax_kernel [4096x1024 float32]"),
+        (
+            "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EEEEviT0_T1_",
+            "at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<…>, std::array<…>>",
+        ),
+        ("_Znot_really_mangled", "_Znot_really_mangled"),
+    ],
+)
+def test_readable_names(raw, short):
+    assert ph.readable(raw) == short
+
+
+# The command line.
+
+
+def test_cli_prints_one_json_object():
+    p = cli(FIXTURES / "amd-gfx950-vecadd-shadow.hatchet")
+    assert p.returncode == 0 and p.stderr == ""
+    s = json.loads(p.stdout)
+    assert s["proton_artifact_dir"] == str(FIXTURES)
+    assert list(s)[:5] == [
+        "proton_artifact_dir", "proton_kernel_count", "proton_gpu_time_ms",
+        "proton_top_kernel_ms", "proton_top_kernels",
+    ]  # fmt: skip
+
+
+def test_cli_output_table_and_folded(tmp_path):
+    fixture = FIXTURES / "amd-gfx950-vecadd-shadow.hatchet"
+    out, fold = tmp_path / "s.json", tmp_path / "stacks.folded"
+    p = cli(fixture, "-o", out, "--table", "--folded", fold, "--top", "2")
+    assert p.returncode == 0
+    assert json.loads(out.read_text())["proton_kernel_count"] == 12
+    rows = p.stdout.splitlines()
+    assert rows[0].split()[:3] == ["ms", "share", "launches"] and len(rows) == 3
+    assert "add_kernel" in rows[1]
+    assert "add_kernel 17520\n" in fold.read_text()
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ({"t.hatchet": ""}, "no readable .hatchet file"),
+        ({"t.hatchet": "{not json"}, "no readable .hatchet file"),
+        ({"t.hatchet": json.dumps(tree())}, "ROOT only"),
+        ({"proton.chrome_trace": "{}"}, "only .chrome_trace files"),
+        ({}, "no .hatchet file found"),
+    ],
+)
+def test_cli_exit_1_when_no_kernel(tmp_path, files, message):
+    for name, text in files.items():
+        write(tmp_path / name, text)
+    good = tmp_path / "summary.json"
+    good.write_text("earlier good result")
+    p = cli(tmp_path, "-o", good)
+    assert p.returncode == 1
+    assert json.loads(p.stdout) == {"proton_artifact_dir": str(tmp_path)}
+    assert p.stderr.count("\n") == 1 and message in p.stderr
+    assert good.read_text() == "earlier good result"
+
+
+def test_cli_skips_a_bad_file_beside_good_ones(tmp_path):
+    write(tmp_path / "a.hatchet", "[{broken")
+    write(tmp_path / "b.hatchet", tree(leaf("k", 1000)))
+    p = cli(tmp_path)
+    assert p.returncode == 0
+    assert json.loads(p.stdout)["proton_top_kernels"] == ["k"]
+    assert "warning: skipped" in p.stderr and "a.hatchet" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["/no/such/path"], "no such file or directory: /no/such/path"),
+        ([], "the following arguments are required: PATH"),
+        (["x", "--top", "0"], "expected a whole number >= 1"),
+        (["x", "--colour"], "unrecognized arguments: --colour"),
+    ],
+)
+def test_cli_usage_errors(args, message):
+    p = cli(*args)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and message in p.stderr
