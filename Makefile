@@ -12,15 +12,28 @@ DTYPE ?= float32
 RECIPE ?= recipe.yaml
 OUT ?= profiling_results
 PYTEST_ARGS ?=
+# The container: GPU=rocm (default) or nvidia picks the base image and docker's flags.
+GPU ?= rocm
+ROCM_BASE ?= rocm/pytorch:rocm7.14_ubuntu24.04_py3.12_pytorch_release_2.11.0
+NVIDIA_BASE ?= pytorch/pytorch:2.11.0-cuda12.8-cudnn9-devel
+BASE_IMAGE ?= $(if $(filter nvidia,$(GPU)),$(NVIDIA_BASE),$(ROCM_BASE))
+IMAGE ?= triton-softmax:$(GPU)
+ROCM_FLAGS := --device=/dev/kfd --device=/dev/dri --group-add video --ipc=host \
+  --security-opt seccomp=unconfined
+NVIDIA_FLAGS := --gpus all --ipc=host
+DOCKER_RUN = docker run --rm $(if $(filter nvidia,$(GPU)),$(NVIDIA_FLAGS),$(ROCM_FLAGS)) \
+  -v "$(CURDIR):/work" -w /work $(IMAGE)
 
 PY := $(VENV)/bin/python
 SHELL := bash
 .DEFAULT_GOAL := help
-.PHONY: help setup run profile view bench test test-gpu lint clean
+.PHONY: help setup run profile view bench test test-gpu lint clean \
+  docker-build docker-run docker-profile docker-test
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: PYTHON VENV TORCH TRITON ROWS COLS ITERS DTYPE RECIPE OUT PYTEST_ARGS"
+	@echo "             GPU (rocm|nvidia) ROCM_BASE NVIDIA_BASE BASE_IMAGE IMAGE"
 
 setup: $(VENV)/.installed ## make .venv: the platform's torch and triton, plus requirements-dev.txt
 
@@ -60,6 +73,22 @@ lint: setup ## ruff, shellcheck and hadolint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/shellcheck $(wildcard *.sh) .ci/run
+	$(VENV)/bin/hadolint Dockerfile
+
+docker-build: ## build IMAGE from BASE_IMAGE (GPU=nvidia for the CUDA image)
+	docker build --build-arg BASE_IMAGE='$(BASE_IMAGE)' -t '$(IMAGE)' .
+
+docker-run: ## make run in the container
+	$(DOCKER_RUN) make run ROWS=$(ROWS) COLS=$(COLS) ITERS=$(ITERS) DTYPE=$(DTYPE)
+
+# The container runs as root (it needs the GPU devices); the results are handed back
+# to whoever ran make.
+docker-profile: ## make profile in the container; results in ./OUT, owned by you
+	$(DOCKER_RUN) sh -c 'make profile OUT=$(OUT) RECIPE=$(RECIPE) ROWS=$(ROWS) COLS=$(COLS) \
+	  ITERS=$(ITERS) DTYPE=$(DTYPE); s=$$?; chown -R $(shell id -u):$(shell id -g) $(OUT); exit $$s'
+
+docker-test: ## make test in the container (GPU tests included)
+	$(DOCKER_RUN) make test
 
 clean: ## remove .venv, caches and profiling results
 	rm -rf $(VENV) .pytest_cache .ruff_cache $(OUT)

@@ -1,0 +1,59 @@
+"""The container path, checked without Docker: the Dockerfile's contract and the
+docker commands make would run for each GPU kind."""
+
+import re
+import shlex
+
+import pytest
+from conftest import ROOT, run
+
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def test_dockerfile_pins_a_rocm_base_and_installs_no_torch():
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)$", DOCKERFILE, re.M)[1]
+    assert base.startswith("rocm/pytorch:rocm") and "latest" not in base
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", DOCKERFILE, re.M)
+    runs = " ".join(re.findall(r"^RUN (.*)$", DOCKERFILE, re.M))
+    assert "make setup" in runs and not re.search(r"\b(torch|triton)\b", runs)
+    assert "PIP_NO_CACHE_DIR=1" in DOCKERFILE
+    assert re.search(r'^CMD \["make", "run"\]$', DOCKERFILE, re.M)
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", "profiling_results", ".git"} <= set(ignored)
+
+
+def make_n(*args):
+    p = run("make", "-n", *args)
+    assert p.returncode == 0, p.stderr
+    return shlex.split(p.stdout)
+
+
+ROCM = ["--device=/dev/kfd", "--device=/dev/dri", "--group-add", "video", "--ipc=host",
+        "--security-opt", "seccomp=unconfined"]  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["docker-run", "docker-profile", "docker-test"])
+def test_docker_flags_for_each_gpu_kind(target):
+    rocm = make_n(target)
+    assert rocm[:3] == ["docker", "run", "--rm"] and rocm[3:10] == ROCM
+    assert rocm[10:14] == ["-v", f"{ROOT}:/work", "-w", "/work"]
+    assert rocm[14] == "triton-softmax:rocm"
+    nvidia = make_n(target, "GPU=nvidia")
+    assert nvidia[3:6] == ["--gpus", "all", "--ipc=host"] and "/dev/kfd" not in " ".join(nvidia)
+    assert "triton-softmax:nvidia" in nvidia
+
+
+def test_docker_build_picks_the_base_image():
+    rocm_base = re.search(r"^ARG BASE_IMAGE=(\S+)$", DOCKERFILE, re.M)[1]
+    rocm = make_n("docker-build")
+    assert rocm[:4] == ["docker", "build", "--build-arg", f"BASE_IMAGE={rocm_base}"]
+    assert rocm[4:] == ["-t", "triton-softmax:rocm", "."]
+    nvidia = make_n("docker-build", "GPU=nvidia")
+    assert nvidia[3].startswith("BASE_IMAGE=pytorch/pytorch:") and "cuda" in nvidia[3]
+    custom = make_n("docker-build", "BASE_IMAGE=rocm/pytorch@sha256:abc", "IMAGE=me/x:1")
+    assert custom[3] == "BASE_IMAGE=rocm/pytorch@sha256:abc" and custom[5] == "me/x:1"
+
+
+def test_docker_profile_hands_results_back():
+    cmd = make_n("docker-profile", "OUT=res")[-1]
+    assert "make profile OUT=res" in cmd and "chown -R" in cmd and "exit $s" in cmd
