@@ -27,7 +27,7 @@ DOCKER_RUN = docker run --rm $(if $(filter nvidia,$(GPU)),$(NVIDIA_FLAGS),$(ROCM
 PY := $(VENV)/bin/python
 SHELL := bash
 .DEFAULT_GOAL := help
-.PHONY: help setup run profile view bench test test-gpu lint clean \
+.PHONY: help setup run profile view bench bench-parse test test-gpu lint clean \
   docker-build docker-run docker-profile docker-test
 
 help: ## list the targets
@@ -62,6 +62,9 @@ view: setup ## print the last capture's tree (proton-viewer -m time/ms)
 
 bench: setup ## GPU only: the sweep against torch.softmax, into bench/results
 	$(PY) bench.py
+
+bench-parse: setup ## parse_hatchet.py's speed on a 56,000-node tree against json.load
+	$(PY) bench/parse_speed.py
 
 test: setup ## run the CPU tests (GPU tests skip themselves)
 	$(PY) -m pytest $(PYTEST_ARGS)
