@@ -23,7 +23,7 @@ def test_dockerfile_pins_a_rocm_base_and_installs_no_torch():
 
 
 def make_n(*args):
-    p = run("make", "-n", *args)
+    p = run("make", "--no-print-directory", "-n", *args)
     assert p.returncode == 0, p.stderr
     return shlex.split(p.stdout)
 
