@@ -29,6 +29,7 @@ import triton  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 import softmax as sm  # noqa: E402
+from parse_hatchet import write_atomic  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SHAPES = [(4096, c) for c in (256, 512, 1024, 2048, 4096, 8192, 16384)]
@@ -151,12 +152,6 @@ def plot(results, stem):
         fig.tight_layout()
         fig.savefig(f"{stem}-{dtype}.png", dpi=120)
         plt.close(fig)
-
-
-def write_atomic(path, text):
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def main():
