@@ -25,9 +25,12 @@ if not torch.cuda.is_available():
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from triton import knobs  # noqa: E402
+from triton.runtime import driver  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
+_HIP = torch.version.hip is not None
 
 # Max absolute error allowed against torch.softmax (computed in float32). float32 cannot
 # be exact: our reductions add in a different order. The half types are compared after
@@ -146,14 +149,80 @@ def launch_config(n_rows, n_cols, n_sms, warp_size):
     return block_m, block_n, max(1, min(16, num_warps))
 
 
-@functools.cache
-def _device_shape(device):
-    """SM count and warp size of a device; the interpreter has neither, one program
-    per 'SM' just keeps its program count (and so its run time) low."""
+@functools.lru_cache(maxsize=1024)
+def _plan(n_rows, n_cols, device):
+    """launch_config for a shape on a device index, with the grid and, for the tiled
+    path, the tile count and the power of two above it:
+    (BLOCK_M, BLOCK_N, num_warps, grid, n_tiles, TILES). Worked out once per shape: on
+    every call it would cost more host time than the launch itself."""
+    if INTERPRET:  # no SMs: one program per 'SM' keeps its program count (and time) low
+        n_sms, warp_size = 1, 32
+    else:
+        props = torch.cuda.get_device_properties(device)
+        n_sms, warp_size = props.multi_processor_count, props.warp_size
+    block_m, block_n, num_warps = launch_config(n_rows, n_cols, n_sms, warp_size)
+    if block_m:
+        return block_m, block_n, num_warps, (triton.cdiv(n_rows, block_m), 1, 1), 0, 0
+    n_tiles = triton.cdiv(n_cols, block_n)
+    return 0, block_n, num_warps, (n_rows, n_tiles, 1), n_tiles, triton.next_power_of_2(n_tiles)
+
+
+# Launching through Triton, `kernel[grid](...)`, binds and specialises every argument
+# and builds a cache key on each call: about 16 us of host time on the H200, for a
+# kernel that runs 6 us at the default shape, so back-to-back calls left the GPU idle
+# most of the time. Instead, the first call for a key has Triton compile (or find in
+# its cache) the kernel for those arguments, and every call does only what the last
+# step of Triton's JITFunction.run does: call that kernel's launcher, passing Triton's
+# launch hooks (Proton's `-k triton` among them) as Triton passes them.
+_kernels = {}
+
+
+def _key(x, device, strides, plan):
+    """What the compiled kernels of a softmax(x) call depend on, or finer; the device
+    index first.
+
+    Every launch argument follows from x's device, dtype, shape and strides and from
+    the plan (out and the partials are new, contiguous allocations). Triton further
+    specialises pointers on 16-byte alignment and, on AMD, on a storage under 2 GiB
+    (buffer loads); and compiles in the global options that JITFunction.run reads on
+    every launch (debugging, Proton's instrumentation mode, 3.9's float sanitizer).
+    """
+    return (
+        device,
+        x.dtype,
+        *x.shape,
+        *strides,
+        plan,
+        x.data_ptr() % 16 == 0,
+        _HIP and x.untyped_storage().nbytes() < 2**31,
+        knobs.runtime.debug,
+        knobs.compilation.instrumentation_mode,
+        getattr(knobs.compilation, "fpsan_homomorphic_casts", None),
+    )
+
+
+def _launch(kernel, key, grid, num_warps, *args):
+    """kernel[grid](*args, num_warps=num_warps): every parameter positionally, the
+    constexprs last, as the launcher takes them."""
     if INTERPRET:
-        return 1, 32
-    props = torch.cuda.get_device_properties(device)
-    return props.multi_processor_count, props.warp_size
+        kernel[grid](*args, num_warps=num_warps)
+        return
+    compiled = _kernels.get((kernel, key))
+    if compiled is None:
+        compiled = _kernels[kernel, key] = kernel.warmup(*args, grid=grid, num_warps=num_warps)
+    stream = driver.active.get_current_stream(key[0])
+    enter, exit = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    if _hooked(enter) or _hooked(exit):
+        metadata = compiled.launch_metadata(grid, stream, *args)
+    else:  # nothing would read the metadata: skip building it, and the empty calls
+        metadata = enter = exit = None
+    compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, metadata, enter, exit,
+                 *args)  # fmt: skip
+
+
+def _hooked(hook):
+    """Whether a launch hook would call anything: Triton 3.5+ keeps a chain of them."""
+    return hook is not None and getattr(hook, "calls", True)
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -167,33 +236,39 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     if x.dtype not in TOLERANCE:
         raise ValueError(f"softmax supports float32, float16 and bfloat16, not {x.dtype}")
     n_rows, n_cols = x.shape
-    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    if x.numel() == 0:
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if not n_rows or not n_cols:
         return out
+    strides = in_row_stride, in_col_stride = x.stride()
     # Column offsets are 32-bit; a strided view whose last column lies past 2**31
     # elements is copied first.
-    if (n_cols - 1) * x.stride(1) >= 2**31:
+    if (n_cols - 1) * in_col_stride >= 2**31:
         x = x.contiguous()
-    block_m, block_n, num_warps = launch_config(n_rows, n_cols, *_device_shape(x.device))
+        strides = in_row_stride, in_col_stride = x.stride()
+    # Triton launches on the current device; torch on the tensor's, and so do we.
+    device = x.get_device()
+    if not INTERPRET and device != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return softmax(x)
+    block_m, block_n, num_warps, grid, n_tiles, tiles = plan = _plan(n_rows, n_cols, device)
+    key = _key(x, device, strides, plan)
     if block_m:
-        grid = (triton.cdiv(n_rows, block_m),)
-        softmax_kernel[grid](
-            out, x, n_rows, n_cols, x.stride(0), x.stride(1), out.stride(0),
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+        _launch(
+            softmax_kernel, key, grid, num_warps,
+            out, x, n_rows, n_cols, in_row_stride, in_col_stride, n_cols, block_m, block_n,
         )  # fmt: skip
         return out
-    n_tiles = triton.cdiv(n_cols, block_n)
     partial_max = torch.empty((n_rows, n_tiles), dtype=torch.float32, device=x.device)
     partial_sum = torch.empty_like(partial_max)
-    grid = (n_rows, n_tiles)
-    softmax_partials_kernel[grid](
-        partial_max, partial_sum, x, n_rows, n_cols, x.stride(0), x.stride(1), n_tiles,
-        BLOCK_N=block_n, num_warps=num_warps,
+    _launch(
+        softmax_partials_kernel, key, grid, num_warps,
+        partial_max, partial_sum, x, n_rows, n_cols, in_row_stride, in_col_stride, n_tiles,
+        block_n,
     )  # fmt: skip
-    softmax_normalize_kernel[grid](
-        out, x, partial_max, partial_sum, n_rows, n_cols, x.stride(0), x.stride(1),
-        out.stride(0), n_tiles,
-        BLOCK_N=block_n, TILES=triton.next_power_of_2(n_tiles), num_warps=num_warps,
+    _launch(
+        softmax_normalize_kernel, key, grid, num_warps,
+        out, x, partial_max, partial_sum, n_rows, n_cols, in_row_stride, in_col_stride,
+        n_cols, n_tiles, block_n, tiles,
     )  # fmt: skip
     return out
 
