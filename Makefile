@@ -27,7 +27,7 @@ DOCKER_RUN = docker run --rm $(if $(filter nvidia,$(GPU)),$(NVIDIA_FLAGS),$(ROCM
 PY := $(VENV)/bin/python
 SHELL := bash
 .DEFAULT_GOAL := help
-.PHONY: help setup run profile view bench bench-parse test test-gpu lint clean \
+.PHONY: help setup run profile trace view bench bench-report bench-parse test test-gpu lint clean \
   docker-build docker-run docker-profile docker-test
 
 help: ## list the targets
@@ -56,14 +56,25 @@ profile: setup ## run softmax.py under Proton as RECIPE says; results in OUT
 	./profile.sh --recipe '$(RECIPE)' --output '$(OUT)' -- \
 	  $(PY) softmax.py --rows $(ROWS) --cols $(COLS) --iters $(ITERS) --dtype $(DTYPE)
 
+trace: setup ## the same run captured as a trace (every launch on a timeline); results in OUT
+	./profile.sh --recipe '$(RECIPE)' --output '$(OUT)' --data trace -- \
+	  $(PY) softmax.py --rows $(ROWS) --cols $(COLS) --iters $(ITERS) --dtype $(DTYPE)
+
 # function_line keeps python-context names to "line@function" instead of full paths.
 view: setup ## print the last capture's tree (proton-viewer -m time/ms)
 	$(PY) -m triton.profiler.viewer -m time/ms -f function_line '$(OUT)/proton.hatchet'
 
-bench: setup ## GPU only: the sweep against torch.softmax, into bench/results
-	$(PY) bench.py
+bench: setup $(VENV)/.bench ## GPU only: device, loop and host time against peers, into bench/results
+	$(PY) bench/sweep.py
 
-bench-parse: setup ## parse_hatchet.py's speed on a 56,000-node tree against json.load
+$(VENV)/.bench: bench/requirements.txt
+	$(PY) -m pip install -q -r bench/requirements.txt
+	touch $@
+
+bench-report: setup ## redraw bench/results' tables, plots and README section (no GPU)
+	$(PY) bench/report.py
+
+bench-parse: setup ## parse_hatchet.py's speed on large trees against json.load
 	$(PY) bench/parse_speed.py
 
 test: setup ## run the CPU tests (GPU tests skip themselves)

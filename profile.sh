@@ -2,8 +2,9 @@
 # Run a command under Proton as an aorta recipe's collect.proton says, check the
 # capture, and summarise it into OUT/summary.json.
 #
-#   ./profile.sh [--recipe FILE] [--output DIR] [--dry-run] [-- COMMAND ...]
+#   ./profile.sh [--recipe FILE] [--output DIR] [--data tree|trace] [--dry-run] [-- COMMAND ...]
 #
+# --data overrides the recipe's collect.proton.data for this run.
 # Exit status: the workload's own when it fails; 1 no usable capture; 2 usage, a
 # refused recipe, or no GPU visible.
 set -euo pipefail
@@ -12,6 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 recipe=recipe.yaml
 out=profiling_results
 dry_run=0
+data_override=
 cmd=(python softmax.py --rows 4096 --cols 1024 --iters 20)
 
 die() { echo "profile.sh: error: $2" >&2; exit "$1"; }
@@ -20,9 +22,10 @@ while (($#)); do
   case "$1" in
     --recipe) (($# >= 2)) || die 2 "--recipe needs a file"; recipe=$2; shift 2 ;;
     --output) (($# >= 2)) || die 2 "--output needs a directory"; out=$2; shift 2 ;;
+    --data) (($# >= 2)) || die 2 "--data needs tree or trace"; data_override=$2; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --) shift; (($#)) || die 2 "no command after --"; cmd=("$@"); break ;;
-    -h|--help) sed -n '2,9s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) die 2 "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -34,7 +37,7 @@ case "$(basename "${cmd[0]}")" in python*) py=${cmd[0]} ;; esac
 
 # One line, "mode backend context data hook", each checked against its list (hook
 # "none" when unset). YAML is read with safe_load only.
-options=$("${py:-python3}" - "$recipe" <<'PY'
+options=$("${py:-python3}" - "$recipe" "$data_override" <<'PY'
 import sys
 import yaml
 
@@ -74,6 +77,11 @@ for key, value in proton.items():
         refuse(f"collect.proton.{key} must be a string, got {value!r}")
     if value not in LISTS[key]:
         refuse(f"collect.proton.{key}: {value!r} is not one of {', '.join(LISTS[key])}")
+if sys.argv[2]:  # --data, checked as the recipe's value would be
+    proton = {**proton, "data": sys.argv[2]}
+    if sys.argv[2] not in LISTS["data"]:
+        print(f"profile.sh: error: --data: {sys.argv[2]!r} is not one of tree, trace", file=sys.stderr)
+        raise SystemExit(2)
 o = {**DEFAULTS, **proton}
 if o["mode"] == "cli" and o["backend"] == "roctracer":
     refuse("backend roctracer in cli mode captures an empty tree on AMD; use mode: env, or backend: auto")
@@ -133,8 +141,17 @@ if ((dry_run)); then
   exit 0
 fi
 
-"${py:-python3}" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null ||
-  [[ ${PROFILE_ASSUME_GPU:-} == 1 ]] ||
+# Proton needs a GPU. Asking torch would take seconds (its import alone); the driver's
+# device nodes answer at once: NVIDIA's /dev/nvidiactl, AMD's /dev/kfd. A device
+# variable set to nothing or -1 hides every GPU.
+gpu_visible() {
+  local var
+  for var in CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
+    [[ ${!var-unset} != "" && ${!var-unset} != -1 ]] || return 1
+  done
+  [[ -e /dev/nvidiactl || -e /dev/kfd ]]
+}
+gpu_visible || [[ ${PROFILE_ASSUME_GPU:-} == 1 ]] ||
   die 2 "no GPU visible: Proton needs one (check the kernel alone with: make run)"
 
 for var in "${unsets[@]}"; do unset "$var"; done
@@ -148,10 +165,6 @@ status=0
 ((status == 0)) || die "$status" "the command exited $status; no summary written"
 
 [[ -f $name.$ext ]] || die 1 "no $name.$ext: the run wrote no profile (Triton 3.6 loses it when the script raises or calls sys.exit; in env mode the payload must call proton.start() and proton.finalize())"
-if [[ $data == trace ]]; then
-  echo "profile.sh: wrote $name.$ext (a chrome trace: open it in Perfetto; no summary for traces)"
-  exit 0
-fi
 "${py:-python3}" "$here/parse_hatchet.py" "$name.$ext" -o "$out/summary.json" --table ||
   die 1 "$name.$ext holds no timed kernel; see the line above"
 echo "profile.sh: wrote $out/summary.json"

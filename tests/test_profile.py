@@ -262,6 +262,9 @@ def _check_capture(p, out, hook):
     assert top["name"].startswith("softmax_kernel")
     assert top["launches"] == 20 + 1
     assert ("gbyte_per_s" in top) == hook
+    if hook:  # named by softmax.py's launch_metadata, with the bytes it moves
+        assert top["name"] == "softmax_kernel [4096x1024 float32]"
+        assert top["gbyte_per_s"] > 100
     sites = summary["proton_callsites"]
     ours = [s for s in sites if any(k["name"].startswith("softmax_kernel") for k in s["kernels"])]
     assert sorted(k["launches"] for s in ours for k in s["kernels"]) == [1, 20]
@@ -283,3 +286,10 @@ def test_gpu_make_profile_with_the_triton_hook(tmp_path):
     out = tmp_path / "results"
     p = run("make", "-s", "profile", f"OUT={out}", f"RECIPE={recipe(tmp_path, hook='triton')}")
     _check_capture(p, out, hook=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hidden", ["", "-1"])
+def test_gpu_hidden_by_a_device_variable_is_refused(tmp_path, hidden):
+    p = profile("--output", tmp_path, env={"CUDA_VISIBLE_DEVICES": hidden})
+    assert p.returncode == 2 and "no GPU visible" in p.stderr

@@ -1,0 +1,193 @@
+"""Tables, plots and the README's Performance section from a sweep's JSON; no GPU needed.
+
+    python bench/report.py [bench/results/<device>.json ...]   (or: make bench-report)
+
+With no argument, every JSON under bench/results/. Writes beside each JSON a Markdown
+table (<device>.md) and one plot per dtype (<device>-<dtype>.png), and rewrites the
+README between its performance markers from the first JSON given.
+"""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from parse_hatchet import write_atomic  # noqa: E402
+
+PEERS = ["torch.softmax", "torch.compile", "liger"]
+CANDIDATES = ["softmax.py", *PEERS, "copy"]
+BEGIN, END = "<!-- performance: begin -->", "<!-- performance: end -->"
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def slug(device):
+    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+
+
+def gbps(p, us):
+    """The bytes a softmax must move, input read once and output written once, per us."""
+    return 2 * p["rows"] * p["cols"] * ITEMSIZE[p["dtype"]] / us / 1e3
+
+
+def ratios(p):
+    """softmax.py's device time against the best peer's and the copy's (above 1: faster)."""
+    dev = p["device_us"]
+    best = min(dev[c] for c in PEERS if c in dev)
+    return best / dev["softmax.py"], dev["copy"] / dev["softmax.py"]
+
+
+def progress_line(p):
+    peer, copy = ratios(p)
+    wrong = "" if p["correct"] else f"  WRONG max_abs_err={p['max_abs_err']:.2e}"
+    return (
+        f"sweep: {p['dtype']:>8} {p['rows']:>6} x {p['cols']:<6} {p['path']:5}  device "
+        f"{p['device_us']['softmax.py']:8.1f} us ({peer:.2f}x best peer, {copy:.2f} of copy)  "
+        f"loop {p['loop_us']['softmax.py']:8.1f} us "
+        f"(torch.softmax {p['loop_us']['torch.softmax']:.1f})" + wrong
+    )
+
+
+def cell(values, name, fmt="{:.1f}"):
+    return fmt.format(values[name]) if name in values else "-"
+
+
+def table(results):
+    head = (
+        "| dtype | rows x cols | path | device us: softmax.py / torch.softmax / torch.compile "
+        "/ liger / copy | softmax.py GB/s | vs best peer | of copy | loop us: softmax.py / "
+        "torch.softmax / torch.compile / liger |"
+    )
+    lines = [head, "| --- | --- | --- | --- | ---: | ---: | ---: | --- |"]
+    for p in results["points"]:
+        peer, copy = ratios(p)
+        device = " / ".join(cell(p["device_us"], c) for c in CANDIDATES)
+        loop = " / ".join(cell(p["loop_us"], c) for c in CANDIDATES[:-1])
+        lines.append(
+            f"| {p['dtype']} | {p['rows']} x {p['cols']} | {p['path']} | {device} "
+            f"| {gbps(p, p['device_us']['softmax.py']):.0f} | {peer:.2f} | {copy:.2f} | {loop} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def section(results, json_path):
+    """The README's Performance section, markers included."""
+    rel = json_path.relative_to(ROOT) if json_path.is_absolute() else json_path
+    stem = rel.with_suffix("")
+    host, prof = results["host_us"], results["profiling"]
+    refused = sorted(
+        {f"{c} ({p['cols']} columns)" for p in results["points"] for c in p.get("notes", {})}
+    )
+    host_row = " | ".join(f"{host[c]:.1f}" for c in CANDIDATES if c in host)
+    plots = " ".join(
+        f"![{d}]({stem}-{d}.png)" for d in dict.fromkeys(p["dtype"] for p in results["points"])
+    )
+    return f"""{BEGIN}
+Measured by `make bench` on an {results["device"]} (torch {results["torch"]}, Triton
+{results["triton"]}), {results["rounds"]} rounds with the candidates interleaved, medians
+kept (the [min, max] of each is in [`{rel}`]({rel})). GB/s counts the bytes a softmax
+must move: the input read once and the output written once.
+
+- **Device time** is one call's GPU time, by CUDA-graph replay
+  (`triton.testing.do_bench_cudagraph`): no host cost leaks in. Replay leaves the input
+  in L2 when it fits (60 MB on an H200), as when the layer before has just written it.
+- **Loop time** is the wall time per call over {results["loop_calls"]} back-to-back calls with one
+  synchronize: what a caller sees. Where it is well above device time, the call is
+  bound by the host's launch cost, not by the kernel.
+- **copy** is a Triton kernel that reads and writes the same bytes, launched through
+  Triton's own `kernel[grid](...)`: its device time is the ceiling, and its loop time
+  shows what Triton's ordinary launch costs the host.
+
+{table(results)}
+Host cost per call on a 4 x 64 input (loop time, the GPU waiting on the host), us:
+
+| {" | ".join(c for c in CANDIDATES if c in host)} |
+| {" | ".join("---:" for c in CANDIDATES if c in host)} |
+| {host_row} |
+
+Profiling's cost at the default shape: `make profile` took {prof["profile_wall_s"]:.1f} s
+against {prof["run_wall_s"]:.1f} s for `make run` ({prof["profile_vs_run"]:.2f}x, medians of
+3); Proton measured the kernel at {prof["proton_kernel_us"]:.2f} us a launch against
+{prof["device_us"]:.2f} us by graph replay.
+{f"Left out where they refused the shape: {', '.join(refused)}." if refused else ""}
+
+{plots}
+
+A caller bound by launch cost (small inputs, loop time well above device time) gains
+most by giving each call more work: batch rows from several inputs into one call, or
+capture the steady-state sequence of calls in a CUDA graph (`torch.cuda.graphs`,
+`torch.compile(mode="reduce-overhead")`), which replays every launch without the host.
+
+Run it on your GPU with `make bench` (a few minutes): it writes
+`bench/results/<device>.json`, its table and plots, and rewrites this section;
+`make bench-report` redraws them from a JSON without a GPU.
+{END}"""
+
+
+def plot(results, stem):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    styles = {"softmax.py": "C0", "torch.softmax": "C1", "torch.compile": "C2", "liger": "C3"}
+    for dtype in dict.fromkeys(p["dtype"] for p in results["points"]):
+        pts = [p for p in results["points"] if p["dtype"] == dtype]
+        fig, (dev_ax, loop_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for name, color in {**styles, "copy": "0.5"}.items():
+            have = [p for p in pts if name in p["device_us"]]
+            cols = [p["cols"] for p in have]
+            mark = "x" if name == "copy" else "o"
+            dev_ax.plot(cols, [gbps(p, p["device_us"][name]) for p in have], mark, color=color,
+                        label=name, linestyle="none")  # fmt: skip
+            if name != "copy":
+                loop_ax.plot(cols, [p["loop_us"][name] for p in have], mark, color=color,
+                             label=name, linestyle="none")  # fmt: skip
+        for p in pts:
+            if p["rows"] != 4096:
+                dev_ax.annotate(f"{p['rows']} rows", (p["cols"], gbps(p, p["device_us"]["copy"])),
+                                fontsize=7, textcoords="offset points", xytext=(3, 4))  # fmt: skip
+        dev_ax.set_ylabel("GB/s by device time (input read + output written)")
+        dev_ax.set_ylim(bottom=0)
+        loop_ax.set_ylabel("loop time per call, us (host included)")
+        loop_ax.set_yscale("log")
+        for ax in (dev_ax, loop_ax):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("columns (4096 rows unless marked)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.suptitle(f"{results['device']}, {dtype}")
+        fig.tight_layout()
+        fig.savefig(f"{stem}-{dtype}.png", dpi=100)
+        plt.close(fig)
+
+
+def update_readme(text, readme=ROOT / "README.md"):
+    old = readme.read_text()
+    start, end = old.index(BEGIN), old.index(END) + len(END)
+    write_atomic(readme, old[:start] + text + old[end:])
+
+
+def write_all(json_path):
+    results = json.loads(Path(json_path).read_text())
+    stem = Path(json_path).with_suffix("")
+    write_atomic(stem.with_suffix(".md"), table(results))
+    plot(results, stem)
+    update_readme(section(results, Path(json_path).resolve()))
+    print(f"report: wrote {stem}.md, {stem}-<dtype>.png and README.md's Performance section")
+
+
+def main(argv):
+    paths = [Path(a) for a in argv] or sorted((ROOT / "bench" / "results").glob("*.json"))
+    if not paths:
+        print("report: error: no results: run make bench on a GPU first", file=sys.stderr)
+        return 2
+    for path in reversed(paths):  # the first given writes the README last
+        write_all(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

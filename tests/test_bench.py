@@ -1,0 +1,38 @@
+"""The committed benchmark results: the keys the sweep promises, and a README whose
+Performance section is exactly what bench/report.py makes of them."""
+
+import json
+import sys
+
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+import report  # noqa: E402
+
+RESULTS = sorted((ROOT / "bench" / "results").glob("*.json"))
+CANDIDATES = {"softmax.py", "torch.softmax", "torch.compile", "liger", "copy"}
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
+def test_results_hold_the_promised_keys(path):
+    r = json.loads(path.read_text())
+    assert {"device", "torch", "triton", "points", "host_us", "profiling"} <= set(r)
+    assert set(r["host_us"]) == CANDIDATES
+    assert {"run_wall_s", "profile_wall_s", "profile_vs_run", "proton_kernel_us",
+            "device_us"} <= set(r["profiling"])  # fmt: skip
+    for p in r["points"]:
+        assert p["correct"] and p["path"] in ("fused", "tiled")
+        assert set(p["device_us"]) | set(p["notes"]) == CANDIDATES
+        assert set(p["loop_us"]) == set(p["device_us"]) == set(p["device_us_spread"])
+        for name, (low, high) in p["device_us_spread"].items():
+            assert low <= p["device_us"][name] <= high
+
+
+def test_readme_performance_is_generated_from_the_first_results():
+    readme = (ROOT / "README.md").read_text()
+    results = json.loads(RESULTS[0].read_text())
+    assert report.section(results, RESULTS[0]) in readme
+    assert all(f"| {p['rows']} x {p['cols']} |" in readme for p in results["points"])
+    for dtype in {p["dtype"] for p in results["points"]}:
+        assert (RESULTS[0].parent / f"{RESULTS[0].stem}-{dtype}.png").is_file()
