@@ -1,21 +1,25 @@
-"""Summarise Proton .hatchet trees as JSON: aorta's five keys, then per kernel and per call site.
+"""Summarise Proton captures as JSON: aorta's five keys, then per kernel, per call site
+and, from traces, how busy the GPU was along each call site's launches.
 
-    python parse_hatchet.py PATH [-o FILE] [--table] [--folded FILE] [--top N]
+    python parse_hatchet.py PATH [-o FILE] [--table] [--folded FILE] [--top N] [--diff BASE]
 
-PATH is a .hatchet file or a directory searched recursively for *.hatchet (per-rank
-files of one run add up). The five proton_* keys follow ROCm aorta's Proton collector
-to the letter, so a capture made here and one made by `aorta sweep run` report the
-same numbers; one rule is ours: a node named ROOT is never a kernel.
+PATH is a .hatchet tree or .chrome_trace file, or a directory searched recursively for
+both (per-rank files of one run add up). The five proton_* keys follow ROCm aorta's
+Proton collector to the letter, from the trees, so a capture made here and one made by
+`aorta sweep run` report the same numbers; one rule is ours: a node named ROOT is never
+a kernel. Where PATH holds only traces, the five keys count their kernel events.
 
 Exit status: 0 at least one timed kernel found; 1 none found (the JSON still names
 proton_artifact_dir, stderr says why); 2 usage errors or a PATH that does not exist.
 """
 
 import argparse
+import bisect
 import json
 import math
 import os
 import re
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -68,42 +72,137 @@ _frames = {}
 
 
 def classify(name):
-    """(is a python frame, the user's label for it or None). Cached: names repeat."""
+    """(is a python frame, the user's label for it or None, (file, line) or None).
+    Cached: names repeat."""
     if name not in _frames:
         m = FRAME.fullmatch(name)
         user = m and not LIBRARY.search(m["file"]) and not m["func"].startswith("__proton")
         label = f"{os.path.basename(m['file'])}:{m['line']} {m['func']}" if user else None
-        _frames[name] = (m is not None, label)
+        _frames[name] = (m is not None, label, (m["file"], int(m["line"])) if user else None)
     return _frames[name]
 
 
+def chain_of(cell):
+    """The labels of a chain kept as linked cells (label, where, parent), outermost first:
+    linked, so that a deep recursion costs each node one cell, not a copy of its chain."""
+    labels = []
+    while cell is not None:
+        labels.append(cell[0])
+        cell = cell[2]
+    return tuple(reversed(labels))
+
+
 def leaves(roots):
-    """Every leaf in aorta's order (depth first, children in file order), each with the
-    chain of user frames above it; and whether the tree is python-context."""
+    """Every leaf in aorta's order (depth first, children in file order) with the chain
+    of user frames above it (linked cells), and whether the tree is python-context."""
     found, python = [], False
-    stack = [(root, ()) for root in reversed(roots)]
+    stack = [(root, None) for root in reversed(roots)]
     while stack:
-        node, chain = stack.pop()
+        node, cell = stack.pop()
         if not isinstance(node, dict):
             continue
         frame, children = node.get("frame"), node.get("children")
         frame = frame if isinstance(frame, dict) else None
         if isinstance(children, list) and children:
-            is_frame, label = classify(str(frame.get("name"))) if frame else (False, None)
-            python |= is_frame
-            chain = (*chain, label) if label else chain
-            stack.extend((child, chain) for child in reversed(children))
+            is_frame, label, where = classify(str(frame.get("name"))) if frame else (0, 0, 0)
+            python |= bool(is_frame)
+            if label:
+                cell = (label, where, cell)
+            stack.extend((child, cell) for child in reversed(children))
         elif frame is not None and isinstance(node.get("metrics"), dict):
-            found.append((chain, str(frame.get("name") or "").strip(), node["metrics"]))
+            found.append((cell, str(frame.get("name") or "").strip(), node["metrics"]))
     return found, python
+
+
+def events(trace):
+    """A trace's kernel launches as (chain cell, name, start us, duration us, stream), and
+    whether any has a python call stack. Complete events ("ph": "X") with numeric ts and
+    dur >= 0; the call stack's last entry is the kernel."""
+    found, python = [], False
+    for e in trace.get("traceEvents", ()) if isinstance(trace, dict) else ():
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        ts, dur = e.get("ts"), e.get("dur")
+        if not all(isinstance(v, int | float) and math.isfinite(v) for v in (ts, dur)) or dur < 0:
+            continue
+        args = e.get("args")
+        stack = args.get("call_stack") if isinstance(args, dict) else None
+        cell = None
+        for name in stack[:-1] if isinstance(stack, list) else ():
+            is_frame, label, where = classify(str(name))
+            python |= bool(is_frame)
+            if label:
+                cell = (label, where, cell)
+        found.append((cell, str(e.get("name") or "").strip(), ts, dur, e.get("tid")))
+    return found, python
+
+
+def load(path):
+    """The decoded JSON of a capture; raises ValueError. Proton's python context can nest
+    deeper than the C decoder recurses: such a file is decoded without recursion."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        return deep_loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(str(e)) from None
+
+
+_TOKEN = re.compile(r'[\s,:]*(?:([\[{])|([\]}])|(")|(-?Infinity|NaN|true|false|null)|)')
+_LITERALS = {"true": True, "false": False, "null": None, "NaN": math.nan,
+             "Infinity": math.inf, "-Infinity": -math.inf}  # fmt: skip
+_NOTHING = object()
+
+
+def deep_loads(text):
+    """json.loads for nesting of any depth: an explicit stack of the open containers
+    instead of recursion. It checks nesting and keys, and lets commas and colons be."""
+    stack, keys, result, pos = [], [], _NOTHING, 0  # keys: an object's key awaiting its value
+    while True:
+        opener, closer, quote, literal = (m := _TOKEN.match(text, pos)).groups()
+        pos = m.end()
+        if closer:
+            if not stack or isinstance(stack[-1], dict) != (closer == "}"):
+                raise ValueError(f"unbalanced {closer!r} at char {pos - 1}")
+            stack.pop(), keys.pop()
+            continue
+        if stack and isinstance(stack[-1], dict) and keys[-1] is None:
+            if not quote:
+                raise ValueError(f"an object key expected at char {pos}")
+            keys[-1], pos = json.decoder.scanstring(text, pos)
+            continue
+        if opener:
+            value = [] if opener == "[" else {}
+        elif quote:
+            value, pos = json.decoder.scanstring(text, pos)
+        elif literal:
+            value = _LITERALS[literal]
+        elif number := json.scanner.NUMBER_RE.match(text, pos):
+            value = float(number[0]) if number[2] or number[3] else int(number[0])
+            pos = number.end()
+        elif pos == len(text) and not stack and result is not _NOTHING:
+            return result
+        else:
+            raise ValueError(f"unexpected text at char {pos}")
+        if not stack:
+            if result is not _NOTHING:
+                raise ValueError(f"extra data at char {pos}")
+            result = value
+        elif isinstance(stack[-1], dict):
+            stack[-1][keys[-1]], keys[-1] = value, None
+        else:
+            stack[-1].append(value)
+        if opener:
+            stack.append(value), keys.append(None)
 
 
 def read(path):
     """The tree roots and device records of one .hatchet file; raises ValueError."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    data = load(path)
     roots = data if isinstance(data, list) else [data]
     if not any(isinstance(r, dict) and "frame" in r for r in roots):
         raise ValueError("not a Proton tree (no frame at the top level)")
@@ -114,6 +213,14 @@ def read(path):
                 for dev_id, info in (by_id if isinstance(by_id, dict) else {}).items():
                     devices.append(device(kind, dev_id, info))
     return roots, devices
+
+
+def read_trace(path):
+    """The decoded JSON of one .chrome_trace file; raises ValueError."""
+    data = load(path)
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise ValueError("not a Proton trace (no traceEvents list)")
+    return data
 
 
 def device(kind, dev_id, info):
@@ -166,25 +273,64 @@ def _elide_templates(name, keep):
     return "".join(out).replace(" >", ">")
 
 
+def source(where):
+    """The stripped source line at (file, line) when file is a regular .py file here,
+    else None. A capture names the paths: following them to anything but Python source
+    would let a crafted capture print lines of other files."""
+    if where is None:
+        return None
+    try:
+        path = Path(where[0]).resolve(strict=True)
+        if path.suffix != ".py" or not path.is_file():
+            return None
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for number, text in enumerate(f, 1):
+                if number == where[1]:
+                    return text.strip()[:200] or None
+    except (OSError, RuntimeError):
+        return None
+    return None
+
+
+def collect(paths):
+    """Read every capture: (trees' leaves, traces' events, python context seen, devices,
+    one line per file that could not be read)."""
+    found, launches_, python, devices, problems = [], [], False, [], []
+    for path in paths:
+        try:
+            if path.suffix == ".chrome_trace":
+                file_events, file_python = events(read_trace(path))
+                launches_ += file_events
+            else:
+                roots, file_devices = read(path)
+                devices += [d for d in file_devices if d not in devices]
+                file_leaves, file_python = leaves(roots)
+                found.append(file_leaves)
+        except ValueError as e:
+            problems.append(f"{path}: {e}")
+            continue
+        python |= file_python
+    return found, launches_, python, devices, problems
+
+
 def summarize(paths, artifact_dir):
     """The JSON summary of the given files, the kernels under each chain of user frames
     (the empty chain too, for --folded), and a one-line problem or None."""
     summary = {"proton_artifact_dir": artifact_dir}
-    kernels, sites, devices, problems = {}, {}, [], []
-    python = False
-    for path in paths:
-        try:
-            roots, file_devices = read(path)
-        except ValueError as e:
-            problems.append(f"{path}: {e}")
-            continue
-        devices += [d for d in file_devices if d not in devices]
-        found, file_python = leaves(roots)
-        python |= file_python
+    trees, trace_events, python, devices, problems = collect(paths)
+    if not trees:  # traces alone: each kernel event is one launch
+        trees = [
+            [(cell, name, {"count": 1, "time (us)": dur}) for cell, name, _, dur, _ in trace_events]
+        ]  # noqa: E501
+    kernels, sites, where, unusable = {}, {}, {}, 0
+    for found in trees:
         per_file = {}  # summed per file first, then across files, as aorta adds them
-        for chain, name, metrics in found:
+        for cell, name, metrics in found:
             ms = time_ms(metrics)
-            if not name or name == "ROOT" or ms is None:
+            if not name or name == "ROOT":
+                continue
+            if ms is None:
+                unusable += any(k.partition("(")[0].strip().lower() == "time" for k in metrics)
                 continue
             k = per_file.setdefault(name, {"ms": 0.0, "launches": 0, "bytes": 0, "flops": 0})
             k["ms"] += ms
@@ -192,6 +338,8 @@ def summarize(paths, artifact_dir):
             for key, value in metrics.items():
                 if (key == "bytes" or key.startswith("flops")) and isinstance(value, int | float):
                     k["bytes" if key == "bytes" else "flops"] += value
+            chain = chain_of(cell)
+            where.setdefault(chain, cell and cell[1])
             site = sites.setdefault(chain, {}).setdefault(name, {"launches": 0, "ms": 0.0})
             site["ms"] += ms
             site["launches"] = add_count(site["launches"], launches(metrics))
@@ -206,10 +354,15 @@ def summarize(paths, artifact_dir):
         for problem in problems:
             print(f"parse_hatchet: warning: skipped {problem}", file=sys.stderr)
     if not paths:
-        return summary, sites, "no .hatchet file found"
+        return summary, sites, "no .hatchet or .chrome_trace file found"
     if not kernels:
         if len(problems) == len(paths):
-            return summary, sites, f"no readable .hatchet file ({problems[0]})"
+            return summary, sites, f"no readable capture ({problems[0]})"
+        if unusable:
+            return summary, sites, (
+                f"no timed kernel: {unusable} kernel leaves have a time that is not a finite "
+                "number >= 0 (infinite, negative or not a number)"
+            )  # fmt: skip
         return (
             summary,
             sites,
@@ -234,6 +387,7 @@ def summarize(paths, artifact_dir):
         (
             {
                 "callsite": " > ".join(chain),
+                "source": source(where[chain]),
                 "ms": sum(k["ms"] for k in by_name.values()),
                 "kernels": [{"name": n, **k} for n, k in by_name.items()],
             }
@@ -243,7 +397,87 @@ def summarize(paths, artifact_dir):
         key=lambda site: site["ms"],
         reverse=True,
     )
+    if trace_events:
+        summary["proton_gpu_busy"], summary["proton_timeline"] = timeline(trace_events)
     return summary, sites, None
+
+
+def timeline(trace_events):
+    """(the share of the whole trace's span in which any kernel ran, one entry per call
+    site): its launches, their summed and spanned ms, the share of its span in which any
+    kernel ran, and the median idle time between its consecutive launches."""
+    busy = merge((ts, ts + dur) for _, _, ts, dur, _ in trace_events)
+    by_site = {}
+    for cell, _, ts, dur, _ in trace_events:
+        by_site.setdefault(chain_of(cell), []).append((ts, ts + dur, cell and cell[1]))
+    entries = []
+    for chain, spans in by_site.items():
+        spans.sort()
+        first, last = spans[0][0], max(end for _, end, _ in spans)
+        idle = [
+            (b - a) - covered(busy, a, b)
+            for (_, a, _), (b, _, _) in zip(spans, spans[1:], strict=False)
+            if b > a
+        ]
+        idle += [0.0] * (len(spans) - 1 - len(idle))  # overlapping launches: no gap
+        entries.append({
+            "callsite": " > ".join(chain),
+            "source": source(spans[-1][2]),
+            "launches": len(spans),
+            "kernel_ms": sum(end - start for start, end, _ in spans) / 1e3,
+            "span_ms": (last - first) / 1e3,
+            "busy": covered(busy, first, last) / (last - first) if last > first else 1.0,
+            "median_idle_us": statistics.median(idle) if idle else None,
+        })  # fmt: skip
+    first, last = busy[0][0], busy[-1][1]
+    total = covered(busy, first, last) / (last - first) if last > first else 1.0
+    return total, sorted(entries, key=lambda e: e["kernel_ms"], reverse=True)
+
+
+def merge(intervals):
+    """Sorted, disjoint [start, end] intervals covering the given ones (overlaps, on
+    several streams too, counted once)."""
+    merged = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def covered(merged, a, b):
+    """How much of [a, b] the merged intervals cover."""
+    i = bisect.bisect_right(merged, [a, math.inf]) - 1
+    total = 0.0
+    for start, end in merged[max(i, 0) :]:
+        if start >= b:
+            break
+        total += max(0.0, min(end, b) - max(start, a))
+    return total
+
+
+def diff(base, summary):
+    """Per kernel and per call site: ms in base and now, and their ratio, the largest
+    change first."""
+
+    def rows(key, field, before, after):
+        was = {row[key]: row[field] for row in before}
+        now = {row[key]: row[field] for row in after}
+        out = [
+            {key if key == "callsite" else "name": name, "base_ms": was.get(name, 0.0),
+             "ms": now.get(name, 0.0),
+             "ratio": now.get(name, 0.0) / was[name] if was.get(name) else None}
+            for name in dict.fromkeys([*was, *now])
+        ]  # fmt: skip
+        return sorted(out, key=lambda r: abs(r["ms"] - r["base_ms"]), reverse=True)
+
+    return {
+        "base": base["proton_artifact_dir"],
+        "gpu_time_ms": [base["proton_gpu_time_ms"], summary["proton_gpu_time_ms"]],
+        "kernels": rows("name", "total_ms", base["proton_kernels"], summary["proton_kernels"]),
+        "callsites": rows("callsite", "ms", base["proton_callsites"], summary["proton_callsites"]),
+    }
 
 
 def kernel_row(name, k, gpu_ms):
@@ -264,7 +498,8 @@ def kernel_row(name, k, gpu_ms):
 
 
 def table(summary, top):
-    """The kernels, then the call sites, as aligned text."""
+    """The kernels, the call sites, the timeline with its diagnosis and the diff, as
+    aligned text."""
     lines = [f"{'ms':>10} {'share':>6} {'launches':>8} {'mean us':>9} {'GB/s':>8}  kernel"]
     for k in summary["proton_kernels"][:top]:
         gbs = f"{k['gbyte_per_s']:8.0f}" if k.get("gbyte_per_s") else f"{'':8}"
@@ -276,11 +511,55 @@ def table(summary, top):
     if summary["proton_callsites"]:
         lines += ["", f"{'ms':>10} {'launches':>8}  call site > kernel"]
         for site in summary["proton_callsites"][:top]:
-            lines.append(f"{site['ms']:10.4f} {'':8}  {site['callsite']}")
+            lines.append(f"{site['ms']:10.4f} {'':8}  {labelled(site)}")
             for k in site["kernels"]:
                 n = k["launches"] if k["launches"] is not None else "?"
                 lines.append(f"{k['ms']:10.4f} {n:>8}    > {readable(k['name'])}")
+    if "proton_timeline" in summary:
+        lines += [
+            "",
+            f"GPU busy {summary['proton_gpu_busy']:.1%} of the trace",
+            f"{'kernel ms':>10} {'span ms':>9} {'busy':>5} {'launches':>8} {'idle us':>8}  "
+            "call site",
+        ]
+        for e in summary["proton_timeline"][:top]:
+            idle = f"{e['median_idle_us']:8.1f}" if e["median_idle_us"] is not None else f"{'':8}"
+            lines.append(
+                f"{e['kernel_ms']:10.4f} {e['span_ms']:9.4f} {e['busy']:5.0%} {e['launches']:>8} "
+                f"{idle}  {labelled(e) or '(no frame of yours)'}"
+            )
+        lines += diagnosis(summary["proton_timeline"])
+    if "proton_diff" in summary:
+        d = summary["proton_diff"]
+        lines += ["", f"against {d['base']}: GPU time {d['gpu_time_ms'][0]:.4f} -> "
+                  f"{d['gpu_time_ms'][1]:.4f} ms", f"{'base ms':>10} {'ms':>10} {'ratio':>6}  "
+                  "kernel, then call site"]  # fmt: skip
+        for row in [*d["kernels"][:top], *d["callsites"][:top]]:
+            ratio = f"{row['ratio']:6.2f}" if row["ratio"] is not None else f"{'new':>6}"
+            what = readable(row["name"]) if "name" in row else row["callsite"] or "(no frame)"
+            lines.append(f"{row['base_ms']:10.4f} {row['ms']:10.4f} {ratio}  {what}")
     return "\n".join(lines) + "\n"
+
+
+def labelled(site):
+    """A call site with the source line of its innermost frame, where readable here."""
+    return f"{site['callsite']}  {site['source']}" if site.get("source") else site["callsite"]
+
+
+def diagnosis(entries):
+    """One line for every call site that launched 3 or more times and kept the GPU busy
+    under half of its span: its launches waited on the host."""
+    out = []
+    for e in entries:
+        if e["launches"] >= 3 and e["busy"] < 0.5:
+            mean_us = e["kernel_ms"] * 1e3 / e["launches"]
+            out.append(
+                f"{e['callsite'] or 'kernels with no frame of yours'}: the GPU was idle "
+                f"{1 - e['busy']:.0%} of the span of its {e['launches']} launches, a median "
+                f"{e['median_idle_us']:.1f} us between launches against {mean_us:.1f} us of "
+                "kernel each: the host's launch cost bounds it, not the kernel."
+            )
+    return ["", *out] if out else []
 
 
 def folded(chains):
@@ -332,36 +611,58 @@ def _positive(text):
     return int(text)
 
 
+def captures(path):
+    """The capture files at PATH and the directory the summary names."""
+    if path.is_dir():
+        found = [p for p in path.rglob("*") if p.suffix in (".hatchet", ".chrome_trace")]
+        return sorted(found), path.resolve()
+    return [path], path.resolve().parent
+
+
+def kind(paths):
+    return {"tree" if p.suffix != ".chrome_trace" else "trace" for p in paths}
+
+
 def main(argv=None):
     parser = _Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("path", metavar="PATH", help=".hatchet file or directory of them")
+    parser.add_argument("path", metavar="PATH", help="capture file, or directory of them")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the JSON here, not stdout")
     parser.add_argument("--table", action="store_true", help="print tables instead of JSON")
     parser.add_argument("--folded", metavar="FILE", help="also write folded stacks here")
     parser.add_argument(
         "--top", type=_positive, default=10, metavar="N", help="table rows (default 10)"
     )
+    parser.add_argument("--diff", metavar="BASE", help="compare with this earlier capture")
     args = parser.parse_args(argv)
 
     path = Path(args.path)
-    if not path.exists():
-        parser.error(f"no such file or directory: {args.path}")
-    if path.is_dir():
-        paths, artifact_dir = sorted(path.rglob("*.hatchet")), path.resolve()
-    else:
-        paths, artifact_dir = [path], path.resolve().parent
+    for given in filter(None, (args.path, args.diff)):
+        if not Path(given).exists():
+            parser.error(f"no such file or directory: {given}")
+    paths, artifact_dir = captures(path)
     summary, chains, problem = summarize(paths, str(artifact_dir))
-    text = to_json(summary)
 
     if problem:
-        if path.is_dir() and not paths and any(path.rglob("*.chrome_trace")):
-            problem = "only .chrome_trace files: the capture used data: trace, not tree"
-        elif not paths:
+        if not paths:
             problem += " (Triton 3.6 writes none when the script raises or calls sys.exit)"
         # The JSON still goes to stdout, but never over a good -o file.
-        sys.stdout.write(text)
+        sys.stdout.write(to_json(summary))
         print(f"parse_hatchet: {args.path}: {problem}", file=sys.stderr)
         return 1
+    if args.diff:
+        base_paths, base_dir = captures(Path(args.diff))
+        if kind(base_paths) != kind(paths):
+            parser.error(
+                f"--diff compares captures of one kind: {args.diff} holds "
+                f"{' and '.join(sorted(kind(base_paths))) or 'none'}s, {args.path} "
+                f"{' and '.join(sorted(kind(paths)))}s"
+            )
+        base, _, base_problem = summarize(base_paths, str(base_dir))
+        if base_problem:
+            print(f"parse_hatchet: {args.diff}: {base_problem}", file=sys.stderr)
+            return 1
+        summary["proton_diff"] = diff(base, summary)
+    text = to_json(summary)
     try:
         if args.output:
             write_atomic(args.output, text)

@@ -211,11 +211,29 @@ def test_cli_output_table_and_folded(tmp_path):
 @pytest.mark.parametrize(
     "files, message",
     [
-        ({"t.hatchet": ""}, "no readable .hatchet file"),
-        ({"t.hatchet": "{not json"}, "no readable .hatchet file"),
+        ({"t.hatchet": ""}, "no readable capture"),
+        ({"t.hatchet": "{not json"}, "no readable capture"),
         ({"t.hatchet": json.dumps(tree())}, "ROOT only"),
-        ({"proton.chrome_trace": "{}"}, "only .chrome_trace files"),
-        ({}, "no .hatchet file found"),
+        ({"proton.chrome_trace": "{}"}, "not a Proton trace"),
+        (
+            {
+                "proton.chrome_trace": json.dumps(
+                    {
+                        "traceEvents": [
+                            {"ph": "B", "ts": 1, "dur": 2, "name": "k"},
+                            {"ph": "X", "ts": 1, "dur": -2, "name": "k"},
+                            {"ph": "X", "ts": "soon", "dur": 2, "name": "k"},
+                        ]
+                    }
+                )
+            },
+            "ROOT only",
+        ),
+        (
+            {"t.hatchet": json.dumps(tree(leaf("k", -5), leaf("j", float("inf"))))},
+            "2 kernel leaves have a time that is not a finite number",
+        ),
+        ({}, "no .hatchet or .chrome_trace file found"),
     ],
 )
 def test_cli_exit_1_when_no_kernel(tmp_path, files, message):
@@ -252,3 +270,159 @@ def test_cli_usage_errors(args, message):
     p = cli(*args)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and message in p.stderr
+
+
+# The H200 captures of this repository's softmax.py (make profile, make trace, -k triton
+# at a long-row shape, shadow context), against sums taken straight from the files.
+
+
+def tree_leaves(node):
+    if not node.get("children"):
+        yield node
+    for child in node.get("children", []):
+        yield from tree_leaves(child)
+
+
+def test_h200_python_tree_against_its_leaves():
+    path = FIXTURES / "h200-softmax-python.hatchet"
+    raw = [n for n in tree_leaves(json.loads(path.read_text())[0]) if n["frame"]["name"] != "ROOT"]
+    s, problem = summary(path)
+    assert problem is None and s["proton_context"] == "python"
+    assert s["proton_kernel_count"] == sum(n["metrics"]["count"] for n in raw) == 26
+    assert s["proton_gpu_time_ms"] == pytest.approx(
+        sum(n["metrics"]["time (ns)"] for n in raw) / 1e6
+    )
+    ours = [n for n in raw if n["frame"]["name"] == "softmax_kernel"]
+    assert sorted(n["metrics"]["count"] for n in ours) == [1, 20]
+    assert s["proton_top_kernels"][0] == "softmax_kernel"
+    sites = {site["callsite"]: site for site in s["proton_callsites"]}
+    loop = sites[
+        "softmax.py:353 <module> > softmax.py:344 main > softmax.py:256 softmax > softmax.py:219 _launch"
+    ]
+    assert loop["kernels"][0]["launches"] == 20 and loop["source"] is None  # no such file here
+    check = sites["softmax.py:353 <module> > softmax.py:334 main"]  # ref = torch.softmax(...)
+    assert "softmax_warp_forward" in check["kernels"][0]["name"]
+
+
+def test_h200_hook_capture_names_shapes_and_rates():
+    s, _ = summary(FIXTURES / "h200-softmax-python-hook-bf16-256x131072.hatchet")
+    names = {k["name"]: k for k in s["proton_kernels"]}
+    partials = names["softmax_partials_kernel [256x131072 bfloat16]"]
+    normalize = names["softmax_normalize_kernel [256x131072 bfloat16]"]
+    assert partials["launches"] == normalize["launches"] == 21
+    # bytes from launch_metadata: one read, and one read plus one write, of 64 MiB.
+    assert partials["gbyte_per_s"] == pytest.approx(21 * 2**26 / (partials["total_ms"] * 1e6))
+    assert normalize["gbyte_per_s"] == pytest.approx(21 * 2**27 / (normalize["total_ms"] * 1e6))
+
+
+def test_h200_shadow_capture_has_no_call_sites():
+    s, _ = summary(FIXTURES / "h200-softmax-shadow.hatchet")
+    assert s["proton_context"] == "shadow" and s["proton_callsites"] == []
+    assert s["proton_kernel_count"] == 26 and s["proton_device"][0]["arch"] == "90"
+
+
+def test_h200_trace_timeline():
+    path = FIXTURES / "h200-softmax-python.chrome_trace"
+    events = json.loads(path.read_text())["traceEvents"]
+    s, problem = summary(path)
+    assert problem is None
+    # Traces alone: the five keys count kernel events.
+    assert s["proton_kernel_count"] == len(events) == 26
+    assert s["proton_gpu_time_ms"] == pytest.approx(0.179265)
+    loop = s["proton_timeline"][0]
+    assert loop["callsite"].endswith(
+        "softmax.py:344 main > softmax.py:256 softmax > softmax.py:219 _launch"
+    )
+    # Taken by hand from the 20 events of that call stack; no other kernel ran between.
+    assert loop["launches"] == 20
+    assert loop["kernel_ms"] == pytest.approx(0.124513)
+    assert loop["span_ms"] == pytest.approx(1.138525)
+    assert loop["busy"] == pytest.approx(0.124513 / 1.138525)
+    assert loop["median_idle_us"] == pytest.approx(47.136)
+    assert [e["launches"] for e in s["proton_timeline"]] == [20, 3, 1, 1, 1]
+    assert s["proton_gpu_busy"] == pytest.approx(0.179265 / 741.912269, rel=1e-3)
+
+
+def trace(*launches):
+    """A trace of (site, start us, duration us, stream) launches."""
+    return {"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": f"k_{site}", "ts": ts, "dur": dur, "tid": tid,
+         "args": {"call_stack": ["ROOT", "/app/run.py:9@<module>", f"/app/run.py:{site}@main", f"k_{site}"]}}
+        for site, ts, dur, tid in launches]}  # fmt: skip
+
+
+def test_timeline_counts_any_kernel_as_busy(tmp_path):
+    # Site 20 at [0,10] [30,40] [60,70]; site 21 on another stream at [10,20] [35,45].
+    t = trace((20, 0, 10, 1), (20, 30, 10, 1), (20, 60, 10, 1), (21, 10, 10, 2), (21, 35, 10, 2))
+    s, _ = summary(write(tmp_path / "t.chrome_trace", t))
+    a, b = s["proton_timeline"]
+    assert a["callsite"] == "run.py:9 <module> > run.py:20 main"
+    assert (a["launches"], a["kernel_ms"], a["span_ms"]) == (3, 0.03, 0.07)
+    assert a["busy"] == pytest.approx(45 / 70) and a["median_idle_us"] == pytest.approx(12.5)
+    assert b["busy"] == pytest.approx(25 / 35) and b["median_idle_us"] == pytest.approx(10)
+    assert s["proton_gpu_busy"] == pytest.approx(45 / 70)
+    one = summary(write(tmp_path / "one.chrome_trace", trace((20, 5, 0, 1))))[0]["proton_timeline"]
+    assert one[0]["busy"] == 1.0 and one[0]["median_idle_us"] is None
+
+
+def test_table_diagnoses_a_launch_bound_loop(tmp_path):
+    t = trace(*((20, 100 * i, 10, 1) for i in range(5)))
+    p = cli(write(tmp_path / "t.chrome_trace", t), "--table")
+    assert p.returncode == 0
+    assert (
+        "run.py:9 <module> > run.py:20 main: the GPU was idle 88% of the span of its 5 "
+        "launches, a median 90.0 us between launches against 10.0 us of kernel each"
+    ) in p.stdout
+
+
+def test_source_lines_only_from_python_files(tmp_path):
+    app = tmp_path / "app.py"
+    app.write_text("import x\n\ny = launch(x)   \n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("line one\nline two\nline three\n")
+    (tmp_path / "link.py").symlink_to(secret)
+    t = tree(*(node(f"{tmp_path / name}:3@main", leaf(f"k{i}", 1000)) for i, name in
+               enumerate(["app.py", "secret.txt", "link.py", "gone.py"])))  # fmt: skip
+    s, _ = summary(write(tmp_path / "t.hatchet", t))
+    sources = {site["callsite"]: site["source"] for site in s["proton_callsites"]}
+    assert sources == {"app.py:3 main": "y = launch(x)", "secret.txt:3 main": None,
+                       "link.py:3 main": None, "gone.py:3 main": None}  # fmt: skip
+    p = cli(tmp_path / "t.hatchet", "--table")
+    assert "app.py:3 main  y = launch(x)" in p.stdout and "line three" not in p.stdout
+
+
+def test_diff_per_kernel_and_call_site(tmp_path):
+    base = write(
+        tmp_path / "base.hatchet", tree(node("/a/m.py:1@f", leaf("k", 4000), leaf("j", 1000)))
+    )
+    new = write(
+        tmp_path / "new.hatchet", tree(node("/a/m.py:1@f", leaf("k", 2000), leaf("j", 1500)))
+    )
+    p = cli(new, "--diff", base)
+    d = json.loads(p.stdout)["proton_diff"]
+    assert d["gpu_time_ms"] == [pytest.approx(0.005), pytest.approx(0.0035)]
+    assert [(r["name"], r["ratio"]) for r in d["kernels"]] == [("k", 0.5), ("j", 1.5)]
+    assert d["callsites"] == [
+        {"callsite": "m.py:1 f", "base_ms": 0.005, "ms": 0.0035, "ratio": 0.7}
+    ]
+    assert "against" in cli(new, "--diff", base, "--table").stdout
+    traced = write(tmp_path / "t.chrome_trace", trace((20, 0, 10, 1)))
+    p = cli(new, "--diff", traced)
+    assert p.returncode == 2 and "--diff compares captures of one kind" in p.stderr
+
+
+def test_a_tree_deeper_than_the_recursion_limit(tmp_path):
+    depth = 50_000
+    text = "".join(
+        '{"frame": {"name": "/w/rec.py:7@f"}, "metrics": {}, "children": [' for _ in range(depth)
+    )
+    text = f'[{{"frame": {{"name": "ROOT"}}, "metrics": {{}}, "children": [{text}'
+    text += '{"frame": {"name": "k"}, "metrics": {"count": 1, "time (ns)": 5}, "children": []}'
+    text += "]}" * depth + "]}, {}]"
+    p = cli(write(tmp_path / "deep.hatchet", text))
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert (
+        s["proton_kernel_count"] == 1
+        and len(s["proton_callsites"][0]["callsite"].split(" > ")) == depth
+    )

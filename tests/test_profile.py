@@ -202,16 +202,17 @@ import os, shutil, sys
 if sys.argv[1] == "fail":
     raise SystemExit(7)
 if sys.argv[1] != "none":
-    shutil.copy(sys.argv[1], os.environ["AORTA_PROTON_NAME"] + ".hatchet")
+    ext = ".chrome_trace" if os.environ["AORTA_PROTON_DATA"] == "trace" else ".hatchet"
+    shutil.copy(sys.argv[1], os.environ["AORTA_PROTON_NAME"] + ext)
 """
 
 
-def fake_run(tmp_path, tree):
+def fake_run(tmp_path, tree, *options):
     payload = tmp_path / "payload.py"
     payload.write_text(FAKE)
     out = tmp_path / "out"
     r = recipe(tmp_path, mode="env")
-    args = ["--recipe", r, "--output", out, "--", PY, payload, tree]
+    args = ["--recipe", r, "--output", out, *options, "--", PY, payload, tree]
     return profile(*args, env={"PROFILE_ASSUME_GPU": "1"}), out
 
 
@@ -224,6 +225,18 @@ def test_good_capture_writes_summary(tmp_path):
     assert summary["proton_top_kernels"][0] == "add_kernel"
     assert summary["proton_artifact_dir"] == str(out)
     assert "add_kernel" in p.stdout  # the kernel table
+
+
+def test_data_trace_without_editing_the_recipe(tmp_path):
+    line = dry_run("--data", "trace", "--output", tmp_path)[0]
+    assert "--context python --data trace softmax.py" in line
+    p = profile("--data", "csv", "--dry-run")
+    assert p.returncode == 2 and "--data: 'csv' is not one of tree, trace" in p.stderr
+    p, out = fake_run(tmp_path, FIXTURES / "h200-softmax-python.chrome_trace", "--data", "trace")
+    assert p.returncode == 0, p.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["proton_timeline"][0]["launches"] == 20
+    assert "the host's launch cost bounds it" in p.stdout
 
 
 def test_root_only_tree_is_an_error(tmp_path):
