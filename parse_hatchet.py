@@ -15,6 +15,7 @@ proton_artifact_dir, stderr says why); 2 usage errors or a PATH that does not ex
 
 import argparse
 import bisect
+import functools
 import json
 import math
 import os
@@ -275,21 +276,22 @@ def _elide_templates(name, keep):
 
 def source(where):
     """The stripped source line at (file, line) when file is a regular .py file here,
-    else None. A capture names the paths: following them to anything but Python source
-    would let a crafted capture print lines of other files."""
-    if where is None:
-        return None
+    else None."""
+    lines = _python_lines(where[0]) if where else None
+    return (lines[where[1] - 1].strip()[:200] or None) if lines and where[1] <= len(lines) else None
+
+
+@functools.cache
+def _python_lines(name):
+    """A .py file's lines, read once. A capture names the paths: following them to
+    anything but Python source would let a crafted capture print lines of other files."""
     try:
-        path = Path(where[0]).resolve(strict=True)
+        path = Path(name).resolve(strict=True)
         if path.suffix != ".py" or not path.is_file():
             return None
-        with path.open(encoding="utf-8", errors="replace") as f:
-            for number, text in enumerate(f, 1):
-                if number == where[1]:
-                    return text.strip()[:200] or None
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
     except (OSError, RuntimeError):
         return None
-    return None
 
 
 def collect(paths):
@@ -322,7 +324,7 @@ def summarize(paths, artifact_dir):
         trees = [
             [(cell, name, {"count": 1, "time (us)": dur}) for cell, name, _, dur, _ in trace_events]
         ]  # noqa: E501
-    kernels, sites, where, unusable = {}, {}, {}, 0
+    kernels, sites, where, chains, unusable = {}, {}, {}, {}, 0
     for found in trees:
         per_file = {}  # summed per file first, then across files, as aorta adds them
         for cell, name, metrics in found:
@@ -338,8 +340,10 @@ def summarize(paths, artifact_dir):
             for key, value in metrics.items():
                 if (key == "bytes" or key.startswith("flops")) and isinstance(value, int | float):
                     k["bytes" if key == "bytes" else "flops"] += value
-            chain = chain_of(cell)
-            where.setdefault(chain, cell and cell[1])
+            chain = chains.get(id(cell))  # leaves under one frame share its chain
+            if chain is None:
+                chain = chains[id(cell)] = chain_of(cell)
+                where.setdefault(chain, cell and cell[1])
             site = sites.setdefault(chain, {}).setdefault(name, {"launches": 0, "ms": 0.0})
             site["ms"] += ms
             site["launches"] = add_count(site["launches"], launches(metrics))
