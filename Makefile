@@ -74,7 +74,7 @@ $(VENV)/.bench: bench/requirements.txt
 bench-report: setup ## redraw bench/results' tables, plots and README section (no GPU)
 	$(PY) bench/report.py
 
-bench-parse: setup ## parse_hatchet.py's speed on large trees against json.load
+bench-parse: setup ## parse_hatchet.py's speed on large trees of two shapes against json.load
 	$(PY) bench/parse_speed.py
 
 test: setup ## run the CPU tests (GPU tests skip themselves)

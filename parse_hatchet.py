@@ -16,6 +16,7 @@ proton_artifact_dir, stderr says why); 2 usage errors or a PATH that does not ex
 import argparse
 import bisect
 import functools
+import gc
 import json
 import math
 import os
@@ -39,20 +40,33 @@ FRAME = re.compile(r"(?P<file>.*):(?P<line>\d+)@(?P<func>.*)")
 LIBRARY = re.compile(r"^<|/(site|dist)-packages/|/lib/python\d|/python/triton/|/torch/")
 
 
-def time_ms(metrics):
-    """The first usable `time (<unit>)` metric in ms, as aorta reads it, else None."""
-    for key, value in metrics.items():
-        head, _, tail = key.partition("(")
-        factor = TIME_UNIT_MS.get(tail.rstrip(")").strip().lower())
-        if head.strip().lower() != "time" or factor is None:
-            continue
+def time_ms(metrics, times):
+    """The first usable `time (<unit>)` metric in ms, as aorta reads it, else None;
+    times: the metric's time names with their factors, layout(tuple(metrics))[0]."""
+    for key, factor in times:
         try:
-            ms = float(value) * factor
+            ms = float(metrics[key]) * factor
         except (TypeError, ValueError, OverflowError):
             continue
         if math.isfinite(ms) and ms >= 0:
             return ms
     return None
+
+
+@functools.cache
+def layout(keys):
+    """For a leaf's metric names, in order: the time metrics aorta would read, each with
+    its factor to ms; and the names holding bytes and flops. Cached: every leaf of a
+    capture has the same few names, and a tree has tens of thousands of leaves."""
+    times = []
+    for key in keys:
+        head, _, tail = key.partition("(")
+        factor = TIME_UNIT_MS.get(tail.rstrip(")").strip().lower())
+        if head.strip().lower() == "time" and factor is not None:
+            times.append((key, factor))
+    rates = [(key, "bytes" if key == "bytes" else "flops") for key in keys
+             if key == "bytes" or key.startswith("flops")]  # fmt: skip
+    return times, rates
 
 
 def launches(metrics):
@@ -62,6 +76,10 @@ def launches(metrics):
     except (KeyError, TypeError, ValueError, OverflowError):
         return None
     return int(count) if math.isfinite(count) and count >= 0 else None
+
+
+def new_kernel():
+    return {"ms": 0.0, "launches": 0, "bytes": 0, "flops": 0}
 
 
 def add_count(total, count):
@@ -95,24 +113,31 @@ def chain_of(cell):
 
 def leaves(roots):
     """Every leaf in aorta's order (depth first, children in file order) with the chain
-    of user frames above it (linked cells), and whether the tree is python-context."""
+    of user frames above it (linked cells), and whether the tree is python-context.
+    The hot loop of a large capture: exact types and the frame cache are tested inline."""
     found, python = [], False
     stack = [(root, None) for root in reversed(roots)]
+    pop = stack.pop
     while stack:
-        node, cell = stack.pop()
-        if not isinstance(node, dict):
+        node, cell = pop()
+        if type(node) is not dict:
             continue
         frame, children = node.get("frame"), node.get("children")
-        frame = frame if isinstance(frame, dict) else None
-        if isinstance(children, list) and children:
-            is_frame, label, where = classify(str(frame.get("name"))) if frame else (0, 0, 0)
-            python |= bool(is_frame)
-            if label:
-                cell = (label, where, cell)
-            stack.extend((child, cell) for child in reversed(children))
-        elif frame is not None and isinstance(node.get("metrics"), dict):
+        if type(frame) is not dict:
+            frame = None
+        if children and type(children) is list:
+            if frame is not None:
+                name = frame.get("name")
+                is_frame, label, where = (type(name) is str and _frames.get(name)) or classify(
+                    str(name)
+                )
+                if label:
+                    cell = (label, where, cell)
+                python = python or is_frame
+            stack += [(child, cell) for child in reversed(children)]
+        elif frame is not None and type(node.get("metrics")) is dict:
             found.append((cell, str(frame.get("name") or "").strip(), node["metrics"]))
-    return found, python
+    return found, bool(python)
 
 
 def events(trace):
@@ -321,38 +346,50 @@ def summarize(paths, artifact_dir):
     summary = {"proton_artifact_dir": artifact_dir}
     trees, trace_events, python, devices, problems = collect(paths)
     if not trees:  # traces alone: each kernel event is one launch
-        trees = [
-            [(cell, name, {"count": 1, "time (us)": dur}) for cell, name, _, dur, _ in trace_events]
-        ]  # noqa: E501
-    kernels, sites, where, chains, unusable = {}, {}, {}, {}, 0
+        trees = [[(cell, name, {"count": 1, "time (us)": dur}) for cell, name, _, dur, _ in trace_events]]  # fmt: skip  # noqa: E501
+    kernels, by_cell, cells, unusable = {}, {}, {}, 0
     for found in trees:
         per_file = {}  # summed per file first, then across files, as aorta adds them
         for cell, name, metrics in found:
-            ms = time_ms(metrics)
             if not name or name == "ROOT":
                 continue
+            times, rates = layout(tuple(metrics))
+            ms = time_ms(metrics, times)
             if ms is None:
-                unusable += any(k.partition("(")[0].strip().lower() == "time" for k in metrics)
+                unusable += bool(times)
                 continue
-            k = per_file.setdefault(name, {"ms": 0.0, "launches": 0, "bytes": 0, "flops": 0})
+            count = launches(metrics)
+            k = per_file.get(name) or per_file.setdefault(name, new_kernel())
             k["ms"] += ms
-            k["launches"] = add_count(k["launches"], launches(metrics))
-            for key, value in metrics.items():
-                if (key == "bytes" or key.startswith("flops")) and isinstance(value, int | float):
-                    k["bytes" if key == "bytes" else "flops"] += value
-            chain = chains.get(id(cell))  # leaves under one frame share its chain
-            if chain is None:
-                chain = chains[id(cell)] = chain_of(cell)
-                where.setdefault(chain, cell and cell[1])
-            site = sites.setdefault(chain, {}).setdefault(name, {"launches": 0, "ms": 0.0})
+            k["launches"] = add_count(k["launches"], count)
+            for key, total in rates:
+                if isinstance(value := metrics[key], int | float):
+                    k[total] += value
+            # By the frame cell first (every leaf under one frame shares it), by the
+            # chain of labels below: building the chain once per cell, not per leaf.
+            by_name = by_cell.get(id(cell))
+            if by_name is None:
+                by_name = by_cell[id(cell)] = {}
+                cells[id(cell)] = cell
+            site = by_name.get(name) or by_name.setdefault(name, {"launches": 0, "ms": 0.0})
             site["ms"] += ms
-            site["launches"] = add_count(site["launches"], launches(metrics))
+            site["launches"] = add_count(site["launches"], count)
         for name, k in per_file.items():
-            total = kernels.setdefault(name, {"ms": 0.0, "launches": 0, "bytes": 0, "flops": 0})
+            total = kernels.get(name) or kernels.setdefault(name, new_kernel())
             total["ms"] += k["ms"]
             total["launches"] = add_count(total["launches"], k["launches"])
             total["bytes"] += k["bytes"]
             total["flops"] += k["flops"]
+    sites, where = {}, {}
+    for cell_id, by_name in by_cell.items():
+        cell = cells[cell_id]
+        chain = chain_of(cell)
+        where.setdefault(chain, cell and cell[1])
+        merged = sites.setdefault(chain, {})
+        for name, site in by_name.items():
+            into = merged.setdefault(name, {"launches": 0, "ms": 0.0})
+            into["ms"] += site["ms"]
+            into["launches"] = add_count(into["launches"], site["launches"])
 
     if len(problems) < len(paths):  # a bad file beside good ones is only skipped
         for problem in problems:
@@ -577,13 +614,14 @@ def folded(chains):
 
 def to_json(summary):
     """One key a line, and one list item a line: readable, and written by json's C
-    encoder (indent= falls back to its pure-Python one, several times slower)."""
-    dump = lambda v: json.dumps(v, ensure_ascii=False)  # noqa: E731
+    encoder (indent= falls back to its pure-Python one, several times slower), one
+    encoder for all: json.dumps with options builds a new one per call."""
+    dump = json.JSONEncoder(ensure_ascii=False).encode
     lines = []
     for key, value in summary.items():
         if isinstance(value, list) and value:
-            items = ",\n".join(f"    {dump(item)}" for item in value)
-            lines.append(f"  {dump(key)}: [\n{items}\n  ]")
+            items = ",\n    ".join(map(dump, value))
+            lines.append(f"  {dump(key)}: [\n    {items}\n  ]")
         else:
             lines.append(f"  {dump(key)}: {dump(value)}")
     return "{\n" + ",\n".join(lines) + "\n}\n"
@@ -628,6 +666,9 @@ def kind(paths):
 
 
 def main(argv=None):
+    # A capture decodes to hundreds of thousands of objects that all live until exit:
+    # the cyclic collector would walk them again and again for nothing.
+    gc.disable()
     parser = _Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("path", metavar="PATH", help="capture file, or directory of them")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the JSON here, not stdout")

@@ -53,31 +53,56 @@ def tree(sites):
     return [root, {"CUDA": {"0": {"arch": "90", "num_sms": 132}}}]
 
 
+def deep_tree(sites):
+    """The same number of kernels under fewer, deeper call sites: each a recursion of
+    user frames twenty deep (a model's nested modules) above its kernels."""
+
+    def launch(i):
+        node = frame(TRITON_FRAMES[0], frame(TRITON_FRAMES[1], *(
+            frame(f"kernel_{i % 97}_{j}", count=3, **{"time (ns)": 1000 + j}) for j in range(60)
+        )))  # fmt: skip
+        for depth in range(20):
+            node = frame(f"/workspace/app/layers.py:{10 + depth}@forward", node)
+        return frame(f"/workspace/app/model.py:{i}@layer", node)
+
+    body = [launch(i) for i in range(sites // 20)]
+    root = frame("ROOT", frame("/workspace/app/train.py:5@<module>", *body), count=0)
+    return [root, {"CUDA": {"0": {"arch": "90", "num_sms": 132}}}]
+
+
 def nodes(node):
     return 1 + sum(nodes(c) for c in node["children"])
 
 
-def wall(cmd, repeats=7):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def wall(cmd):
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def paired(a, b, repeats=9):
+    """Medians of a's and b's wall times, and of a/b pair by pair: the two run in turn,
+    so a machine whose speed drifts slows both alike."""
+    pairs = [(wall(a), wall(b)) for _ in range(repeats)]
+    return (statistics.median(t[0] for t in pairs), statistics.median(t[1] for t in pairs),
+            statistics.median(x / y for x, y in pairs))  # fmt: skip
 
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
-        for sites in (8000, 16000):
+        for shape, sites in ((tree, 8000), (tree, 16000), (deep_tree, 8000)):
             path = Path(tmp, f"t{sites}.hatchet")
-            data = tree(sites)
+            data = shape(sites)
             path.write_text(json.dumps(data, sort_keys=True))
-            decode = wall([sys.executable, "-c", f"import json; json.load(open({str(path)!r}))"])
-            parse = wall([sys.executable, str(HERE.parent / "parse_hatchet.py"), str(path)])
+            parse, decode, ratio = paired(
+                [sys.executable, str(HERE.parent / "parse_hatchet.py"), str(path)],
+                [sys.executable, "-c", f"import json; json.load(open({str(path)!r}))"],
+            )
             size = path.stat().st_size / 2**20
             print(
-                f"parse_speed: {nodes(data[0])} nodes, {size:.1f} MiB: json.load {decode:.3f} s, "
-                f"parse_hatchet.py {parse:.3f} s, ratio {parse / decode:.2f}"
+                f"parse_speed: {shape.__name__}, {nodes(data[0])} nodes, {size:.1f} MiB: "
+                f"json.load {decode:.3f} s, "
+                f"parse_hatchet.py {parse:.3f} s, ratio {ratio:.2f} (median of pairs)"
             )
 
 
