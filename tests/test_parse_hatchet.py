@@ -297,10 +297,10 @@ def test_h200_python_tree_against_its_leaves():
     assert s["proton_top_kernels"][0] == "softmax_kernel"
     sites = {site["callsite"]: site for site in s["proton_callsites"]}
     loop = sites[
-        "softmax.py:353 <module> > softmax.py:344 main > softmax.py:256 softmax > softmax.py:219 _launch"
+        "softmax.py:354 <module> > softmax.py:345 main > softmax.py:257 softmax > softmax.py:220 _launch"
     ]
     assert loop["kernels"][0]["launches"] == 20 and loop["source"] is None  # no such file here
-    check = sites["softmax.py:353 <module> > softmax.py:334 main"]  # ref = torch.softmax(...)
+    check = sites["softmax.py:354 <module> > softmax.py:335 main"]  # ref = torch.softmax(...)
     assert "softmax_warp_forward" in check["kernels"][0]["name"]
 
 
@@ -328,19 +328,19 @@ def test_h200_trace_timeline():
     assert problem is None
     # Traces alone: the five keys count kernel events.
     assert s["proton_kernel_count"] == len(events) == 26
-    assert s["proton_gpu_time_ms"] == pytest.approx(0.179265)
+    assert s["proton_gpu_time_ms"] == pytest.approx(0.175264)
     loop = s["proton_timeline"][0]
     assert loop["callsite"].endswith(
-        "softmax.py:344 main > softmax.py:256 softmax > softmax.py:219 _launch"
+        "softmax.py:345 main > softmax.py:257 softmax > softmax.py:220 _launch"
     )
     # Taken by hand from the 20 events of that call stack; no other kernel ran between.
     assert loop["launches"] == 20
-    assert loop["kernel_ms"] == pytest.approx(0.124513)
-    assert loop["span_ms"] == pytest.approx(1.138525)
-    assert loop["busy"] == pytest.approx(0.124513 / 1.138525)
-    assert loop["median_idle_us"] == pytest.approx(47.136)
+    assert loop["kernel_ms"] == pytest.approx(0.121568)
+    assert loop["span_ms"] == pytest.approx(0.446912)
+    assert loop["busy"] == pytest.approx(0.121568 / 0.446912)
+    assert loop["median_idle_us"] == pytest.approx(15.328)
     assert [e["launches"] for e in s["proton_timeline"]] == [20, 3, 1, 1, 1]
-    assert s["proton_gpu_busy"] == pytest.approx(0.179265 / 741.912269, rel=1e-3)
+    assert s["proton_gpu_busy"] == pytest.approx(0.175264 / 555.854762, rel=1e-3)
 
 
 def trace(*launches):
