@@ -26,15 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-try:
-    import cxxfilt
-except ImportError:  # without it, C++ kernel names stay mangled
-    cxxfilt = None
-
 TOP_N = 5  # aorta's length of proton_top_kernels
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-# A python-context frame: "file:line@function".
-FRAME = re.compile(r"(?P<file>.*):(?P<line>\d+)@(?P<func>.*)")
 # Frames that are not the user's own: runpy and other <frozen ...> code, the standard
 # library, anything installed (Triton, Proton, torch), and source builds of the two.
 LIBRARY = re.compile(r"^<|/(site|dist)-packages/|/lib/python\d|/python/triton/|/torch/")
@@ -92,12 +85,14 @@ _frames = {}
 
 def classify(name):
     """(is a python frame, the user's label for it or None, (file, line) or None).
-    Cached: names repeat."""
+    A python-context frame is named "file:line@function". Cached: names repeat."""
     if name not in _frames:
-        m = FRAME.fullmatch(name)
-        user = m and not LIBRARY.search(m["file"]) and not m["func"].startswith("__proton")
-        label = f"{os.path.basename(m['file'])}:{m['line']} {m['func']}" if user else None
-        _frames[name] = (m is not None, label, (m["file"], int(m["line"])) if user else None)
+        head, at, func = name.rpartition("@")
+        file, colon, line = head.rpartition(":")
+        is_frame = bool(at and colon and line.isdecimal())
+        user = is_frame and not LIBRARY.search(file) and not func.startswith("__proton")
+        label = f"{file.rpartition('/')[2]}:{line} {func}" if user else None
+        _frames[name] = (is_frame, label, (file, int(line)) if user else None)
     return _frames[name]
 
 
@@ -114,29 +109,33 @@ def chain_of(cell):
 def leaves(roots):
     """Every leaf in aorta's order (depth first, children in file order) with the chain
     of user frames above it (linked cells), and whether the tree is python-context.
-    The hot loop of a large capture: exact types and the frame cache are tested inline."""
+    The hot loop of a large capture: a stack of child iterators rather than of nodes,
+    exact types, and the frame cache tested inline."""
     found, python = [], False
-    stack = [(root, None) for root in reversed(roots)]
-    pop = stack.pop
+    stack = [(iter(roots), None)]
     while stack:
-        node, cell = pop()
-        if type(node) is not dict:
-            continue
-        frame, children = node.get("frame"), node.get("children")
-        if type(frame) is not dict:
-            frame = None
-        if children and type(children) is list:
-            if frame is not None:
-                name = frame.get("name")
-                is_frame, label, where = (type(name) is str and _frames.get(name)) or classify(
-                    str(name)
-                )
-                if label:
-                    cell = (label, where, cell)
-                python = python or is_frame
-            stack += [(child, cell) for child in reversed(children)]
-        elif frame is not None and type(node.get("metrics")) is dict:
-            found.append((cell, str(frame.get("name") or "").strip(), node["metrics"]))
+        siblings, cell = stack[-1]
+        for node in siblings:
+            if type(node) is not dict:
+                continue
+            frame, children = node.get("frame"), node.get("children")
+            if type(frame) is not dict:
+                frame = None
+            if children and type(children) is list:
+                inner = cell
+                if frame is not None:
+                    name = frame.get("name")
+                    cached = type(name) is str and _frames.get(name)
+                    is_frame, label, where = cached or classify(str(name))
+                    if label:
+                        inner = (label, where, cell)
+                    python = python or is_frame
+                stack.append((iter(children), inner))
+                break  # down into the children; these siblings resume after them
+            if frame is not None and type(node.get("metrics")) is dict:
+                found.append((cell, str(frame.get("name") or "").strip(), node["metrics"]))
+        else:
+            stack.pop()
     return found, bool(python)
 
 
@@ -266,7 +265,8 @@ def device(kind, dev_id, info):
 def readable(name):
     """A C++ kernel name demangled, without its return type and parameters, and with
     nested template arguments shortened to <…> (all of them, if it is still long)."""
-    if cxxfilt is None or not name.startswith("_Z"):
+    cxxfilt = _cxxfilt() if name.startswith("_Z") else None
+    if cxxfilt is None:
         return name
     try:
         name = cxxfilt.demangle(name)
@@ -282,6 +282,18 @@ def readable(name):
     name = name.removeprefix("void ")
     short = _elide_templates(name, 2)
     return short if len(short) <= 100 else _elide_templates(name, 1)
+
+
+@functools.cache
+def _cxxfilt():
+    """The cxxfilt module, imported at the first mangled name (its import locates the C++
+    runtime: about 17 ms of start-up), or None where it is missing:
+    names then stay mangled."""
+    try:
+        import cxxfilt
+    except ImportError:
+        return None
+    return cxxfilt
 
 
 def _elide_templates(name, keep):
@@ -385,7 +397,10 @@ def summarize(paths, artifact_dir):
         cell = cells[cell_id]
         chain = chain_of(cell)
         where.setdefault(chain, cell and cell[1])
-        merged = sites.setdefault(chain, {})
+        merged = sites.get(chain)
+        if merged is None:  # most chains have one cell: nothing to merge
+            sites[chain] = by_name
+            continue
         for name, site in by_name.items():
             into = merged.setdefault(name, {"launches": 0, "ms": 0.0})
             into["ms"] += site["ms"]
