@@ -75,6 +75,11 @@ def new_kernel():
     return {"ms": 0.0, "launches": 0, "bytes": 0, "flops": 0}
 
 
+def new_site(name):
+    """A kernel's sums under one call site, as the JSON lists them."""
+    return {"name": name, "launches": 0, "ms": 0.0}
+
+
 def add_count(total, count):
     # One unreadable count makes the kernel's total unknown for good.
     return None if total is None or count is None else total + count
@@ -383,7 +388,7 @@ def summarize(paths, artifact_dir):
             if by_name is None:
                 by_name = by_cell[id(cell)] = {}
                 cells[id(cell)] = cell
-            site = by_name.get(name) or by_name.setdefault(name, {"launches": 0, "ms": 0.0})
+            site = by_name.get(name) or by_name.setdefault(name, new_site(name))
             site["ms"] += ms
             site["launches"] = add_count(site["launches"], count)
         for name, k in per_file.items():
@@ -402,7 +407,7 @@ def summarize(paths, artifact_dir):
             sites[chain] = by_name
             continue
         for name, site in by_name.items():
-            into = merged.setdefault(name, {"launches": 0, "ms": 0.0})
+            into = merged.setdefault(name, new_site(name))
             into["ms"] += site["ms"]
             into["launches"] = add_count(into["launches"], site["launches"])
 
@@ -445,7 +450,7 @@ def summarize(paths, artifact_dir):
                 "callsite": " > ".join(chain),
                 "source": source(where[chain]),
                 "ms": sum(k["ms"] for k in by_name.values()),
-                "kernels": [{"name": n, **k} for n, k in by_name.items()],
+                "kernels": list(by_name.values()),
             }
             for chain, by_name in sites.items()
             if chain  # kernels with no user frame above them (shadow context)
