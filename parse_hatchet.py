@@ -21,13 +21,13 @@ import json
 import math
 import os
 import re
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 TOP_N = 5  # aorta's length of proton_top_kernels
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+EXACT = 2**53  # whole numbers below it convert to float exactly
 # Frames that are not the user's own: runpy and other <frozen ...> code, the standard
 # library, anything installed (Triton, Proton, torch), and source builds of the two.
 LIBRARY = re.compile(r"^<|/(site|dist)-packages/|/lib/python\d|/python/triton/|/torch/")
@@ -71,15 +71,6 @@ def launches(metrics):
     return int(count) if math.isfinite(count) and count >= 0 else None
 
 
-def new_kernel():
-    return {"ms": 0.0, "launches": 0, "bytes": 0, "flops": 0}
-
-
-def new_site(name):
-    """A kernel's sums under one call site, as the JSON lists them."""
-    return {"name": name, "launches": 0, "ms": 0.0}
-
-
 def add_count(total, count):
     # One unreadable count makes the kernel's total unknown for good.
     return None if total is None or count is None else total + count
@@ -95,10 +86,17 @@ def classify(name):
         head, at, func = name.rpartition("@")
         file, colon, line = head.rpartition(":")
         is_frame = bool(at and colon and line.isdecimal())
-        user = is_frame and not LIBRARY.search(file) and not func.startswith("__proton")
+        user = is_frame and not library(file) and not func.startswith("__proton")
         label = f"{file.rpartition('/')[2]}:{line} {func}" if user else None
         _frames[name] = (is_frame, label, (file, int(line)) if user else None)
     return _frames[name]
+
+
+@functools.cache
+def library(file):
+    """Whether a file's frames are not the user's own. Cached apart from the frames: a
+    file has many lines, and a large capture tens of thousands of frames."""
+    return LIBRARY.search(file) is not None
 
 
 def chain_of(cell):
@@ -111,37 +109,72 @@ def chain_of(cell):
     return tuple(reversed(labels))
 
 
-def leaves(roots):
-    """Every leaf in aorta's order (depth first, children in file order) with the chain
-    of user frames above it (linked cells), and whether the tree is python-context.
-    The hot loop of a large capture: a stack of child iterators rather than of nodes,
-    exact types, and the frame cache tested inline."""
-    found, python = [], False
-    stack = [(iter(roots), None)]
+def tally(groups, by_cell, cells):
+    """Sum the kernel leaves under each (nodes, cell) group, in aorta's order (depth first,
+    children in file order): by name, and by the chain of user frames above each leaf, kept
+    as linked cells (label, where, parent) in by_cell[id(cell)] (cells keeps each cell).
+    A tree is one group, its roots under no cell. Returns (the sums by name, whether any
+    frame was a python one, how many leaves had a time that is not a number >= 0).
+
+    The hot loop of a large capture: a stack of child iterators rather than of nodes, exact
+    types, the frame cache tested inline, a cell's sums looked up once per run of siblings,
+    and what Proton writes, a count and a time below 2**53 (where float() is exact), read
+    inline; anything else goes by aorta's rules in time_ms and launches, to the same result."""
+    kernels, python, unusable = {}, False, 0
+    stack = [(iter(nodes), cell, None) for nodes, cell in reversed(groups)]
     while stack:
-        siblings, cell = stack[-1]
+        siblings, cell, by_name = stack[-1]
         for node in siblings:
             if type(node) is not dict:
                 continue
             frame, children = node.get("frame"), node.get("children")
-            if type(frame) is not dict:
-                frame = None
-            if children and type(children) is list:
-                inner = cell
-                if frame is not None:
-                    name = frame.get("name")
-                    cached = type(name) is str and _frames.get(name)
-                    is_frame, label, where = cached or classify(str(name))
-                    if label:
-                        inner = (label, where, cell)
-                    python = python or is_frame
-                stack.append((iter(children), inner))
+            if children and type(children) is list:  # walked whatever its frame, as aorta does
+                name = frame.get("name") if type(frame) is dict else None
+                cached = type(name) is str and _frames.get(name)
+                is_frame, label, where = cached or classify(str(name))
+                python = python or is_frame
+                stack.append((iter(children), (label, where, cell) if label else cell, None))
                 break  # down into the children; these siblings resume after them
-            if frame is not None and type(node.get("metrics")) is dict:
-                found.append((cell, str(frame.get("name") or "").strip(), node["metrics"]))
+            metrics = node.get("metrics")
+            if type(frame) is not dict or type(metrics) is not dict:
+                continue
+            name = str(frame.get("name") or "").strip()
+            if not name or name == "ROOT":
+                continue
+            times, rates = layout(tuple(metrics))
+            value, count = metrics[times[0][0]] if times else None, metrics.get("count")
+            numbers = type(value) in (int, float) and type(count) is int
+            if numbers and 0 <= value < EXACT and 0 <= count < EXACT:
+                ms = value * times[0][1]
+            else:
+                ms, count = time_ms(metrics, times), launches(metrics)
+                if ms is None:
+                    unusable += bool(times)
+                    continue
+            k = kernels.get(name)
+            if k is None:
+                k = kernels[name] = {"ms": ms, "launches": count, "bytes": 0, "flops": 0}
+            else:
+                k["ms"] += ms
+                k["launches"] = add_count(k["launches"], count)
+            for key, total in rates:
+                if isinstance(value := metrics[key], int | float):
+                    k[total] += value
+            if by_name is None:  # the chain of labels is built later, once per cell
+                by_name = by_cell.get(id(cell))
+                if by_name is None:
+                    by_name = by_cell[id(cell)] = {}
+                    cells[id(cell)] = cell
+                stack[-1] = (siblings, cell, by_name)
+            site = by_name.get(name)
+            if site is None:
+                by_name[name] = {"name": name, "launches": count, "ms": ms}
+            else:
+                site["ms"] += ms
+                site["launches"] = add_count(site["launches"], count)
         else:
             stack.pop()
-    return found, bool(python)
+    return kernels, python, unusable
 
 
 def events(trace):
@@ -336,67 +369,43 @@ def _python_lines(name):
         return None
 
 
-def collect(paths):
-    """Read every capture: (trees' leaves, traces' events, python context seen, devices,
-    one line per file that could not be read)."""
-    found, launches_, python, devices, problems = [], [], False, [], []
-    for path in paths:
-        try:
-            if path.suffix == ".chrome_trace":
-                file_events, file_python = events(read_trace(path))
-                launches_ += file_events
-            else:
-                roots, file_devices = read(path)
-                devices += [d for d in file_devices if d not in devices]
-                file_leaves, file_python = leaves(roots)
-                found.append(file_leaves)
-        except ValueError as e:
-            problems.append(f"{path}: {e}")
-            continue
-        python |= file_python
-    return found, launches_, python, devices, problems
-
-
 def summarize(paths, artifact_dir):
     """The JSON summary of the given files, the kernels under each chain of user frames
     (the empty chain too, for --folded), and a one-line problem or None."""
     summary = {"proton_artifact_dir": artifact_dir}
-    trees, trace_events, python, devices, problems = collect(paths)
-    if not trees:  # traces alone: each kernel event is one launch
-        trees = [[(cell, name, {"count": 1, "time (us)": dur}) for cell, name, _, dur, _ in trace_events]]  # fmt: skip  # noqa: E501
-    kernels, by_cell, cells, unusable = {}, {}, {}, 0
-    for found in trees:
-        per_file = {}  # summed per file first, then across files, as aorta adds them
-        for cell, name, metrics in found:
-            if not name or name == "ROOT":
-                continue
-            times, rates = layout(tuple(metrics))
-            ms = time_ms(metrics, times)
-            if ms is None:
-                unusable += bool(times)
-                continue
-            count = launches(metrics)
-            k = per_file.get(name) or per_file.setdefault(name, new_kernel())
-            k["ms"] += ms
-            k["launches"] = add_count(k["launches"], count)
-            for key, total in rates:
-                if isinstance(value := metrics[key], int | float):
-                    k[total] += value
-            # By the frame cell first (every leaf under one frame shares it), by the
-            # chain of labels below: building the chain once per cell, not per leaf.
-            by_name = by_cell.get(id(cell))
-            if by_name is None:
-                by_name = by_cell[id(cell)] = {}
-                cells[id(cell)] = cell
-            site = by_name.get(name) or by_name.setdefault(name, new_site(name))
-            site["ms"] += ms
-            site["launches"] = add_count(site["launches"], count)
+    files, by_cell, cells, trace_events = [], {}, {}, []
+    python, unusable, devices, problems = False, 0, [], []
+    for path in paths:
+        try:
+            if path.suffix == ".chrome_trace":
+                file_events, file_python = events(read_trace(path))
+                trace_events += file_events
+            else:
+                roots, file_devices = read(path)
+                devices += [d for d in file_devices if d not in devices]
+                file_kernels, file_python, file_unusable = tally([(roots, None)], by_cell, cells)
+                files.append(file_kernels)
+                unusable += file_unusable
+        except ValueError as e:
+            problems.append(f"{path}: {e}")
+            continue
+        python |= file_python
+    if not files and trace_events:  # traces alone: each kernel event, a leaf of one launch
+        groups = [
+            ([{"frame": {"name": name}, "metrics": {"count": 1, "time (us)": dur}}], cell)
+            for cell, name, _, dur, _ in trace_events
+        ]
+        files.append(tally(groups, by_cell, cells)[0])
+    # Summed per file first, then across files in path order, as aorta adds them.
+    kernels = files[0] if files else {}
+    for per_file in files[1:]:
         for name, k in per_file.items():
-            total = kernels.get(name) or kernels.setdefault(name, new_kernel())
-            total["ms"] += k["ms"]
-            total["launches"] = add_count(total["launches"], k["launches"])
-            total["bytes"] += k["bytes"]
-            total["flops"] += k["flops"]
+            total = kernels.setdefault(name, k)
+            if total is not k:
+                total["ms"] += k["ms"]
+                total["launches"] = add_count(total["launches"], k["launches"])
+                total["bytes"] += k["bytes"]
+                total["flops"] += k["flops"]
     sites, where = {}, {}
     for cell_id, by_name in by_cell.items():
         cell = cells[cell_id]
@@ -407,9 +416,10 @@ def summarize(paths, artifact_dir):
             sites[chain] = by_name
             continue
         for name, site in by_name.items():
-            into = merged.setdefault(name, new_site(name))
-            into["ms"] += site["ms"]
-            into["launches"] = add_count(into["launches"], site["launches"])
+            into = merged.setdefault(name, site)
+            if into is not site:
+                into["ms"] += site["ms"]
+                into["launches"] = add_count(into["launches"], site["launches"])
 
     if len(problems) < len(paths):  # a bad file beside good ones is only skipped
         for problem in problems:
@@ -467,6 +477,8 @@ def timeline(trace_events):
     """(the share of the whole trace's span in which any kernel ran, one entry per call
     site): its launches, their summed and spanned ms, the share of its span in which any
     kernel ran, and the median idle time between its consecutive launches."""
+    import statistics  # here, not at the top: its imports cost a tree-only run 6 ms
+
     busy = merge((ts, ts + dur) for _, _, ts, dur, _ in trace_events)
     by_site = {}
     for cell, _, ts, dur, _ in trace_events:
@@ -633,14 +645,43 @@ def folded(chains):
 
 
 def to_json(summary):
-    """One key a line, and one list item a line: readable, and written by json's C
-    encoder (indent= falls back to its pure-Python one, several times slower), one
-    encoder for all: json.dumps with options builds a new one per call."""
-    dump = json.JSONEncoder(ensure_ascii=False).encode
+    """One key a line, and one list item a line, each as json.dumps writes it. The kernel
+    and call-site rows, most of a large capture's output, are formatted here: json's C
+    encoder spends more on each small dict than on its values, and this takes two thirds
+    of its time. The rest goes through one encoder (json.dumps with options builds one per
+    call; indent= falls back to the pure-Python encoder, several times slower)."""
+    dump = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
+    quote = json.encoder.encode_basestring  # a str as that encoder writes it
+
+    def number(value):  # an int or a finite float
+        return "null" if value is None else repr(value)
+
+    def kernel(k):
+        if len(k) > 6:  # with GB/s or FLOP/s
+            return dump(k)
+        return (
+            f'{{"name": {quote(k["name"])}, "readable_name": {quote(k["readable_name"])}, '
+            f'"launches": {number(k["launches"])}, "total_ms": {k["total_ms"]!r}, '
+            f'"mean_us": {number(k["mean_us"])}, "share": {k["share"]!r}}}'
+        )
+
+    def callsite(site):
+        source = "null" if site["source"] is None else quote(site["source"])
+        rows = ", ".join([
+            f'{{"name": {quote(k["name"])}, "launches": {number(k["launches"])}, '
+            f'"ms": {k["ms"]!r}}}'
+            for k in site["kernels"]
+        ])  # fmt: skip
+        return (
+            f'{{"callsite": {quote(site["callsite"])}, "source": {source}, '
+            f'"ms": {site["ms"]!r}, "kernels": [{rows}]}}'
+        )
+
+    rows = {"proton_kernels": kernel, "proton_callsites": callsite}
     lines = []
     for key, value in summary.items():
         if isinstance(value, list) and value:
-            items = ",\n    ".join(map(dump, value))
+            items = ",\n    ".join(map(rows.get(key, dump), value))
             lines.append(f"  {dump(key)}: [\n    {items}\n  ]")
         else:
             lines.append(f"  {dump(key)}: {dump(value)}")

@@ -54,8 +54,9 @@ def tree(sites):
 
 
 def deep_tree(sites):
-    """The same number of kernels under fewer, deeper call sites: each a recursion of
-    user frames twenty deep (a model's nested modules) above its kernels."""
+    """Fewer, deeper call sites: each a recursion of user frames twenty deep (a model's
+    nested modules) above sixty kernels; sites // 12 of them make a tree about the size of
+    tree(sites)."""
 
     def launch(i):
         node = frame(TRITON_FRAMES[0], frame(TRITON_FRAMES[1], *(
@@ -65,7 +66,7 @@ def deep_tree(sites):
             node = frame(f"/workspace/app/layers.py:{10 + depth}@forward", node)
         return frame(f"/workspace/app/model.py:{i}@layer", node)
 
-    body = [launch(i) for i in range(sites // 20)]
+    body = [launch(i) for i in range(sites // 12)]
     root = frame("ROOT", frame("/workspace/app/train.py:5@<module>", *body), count=0)
     return [root, {"CUDA": {"0": {"arch": "90", "num_sms": 132}}}]
 

@@ -78,6 +78,7 @@ def test_real_amd_capture():
         ({"cpu_time (ns)": 5, "time (ns) (inc)": 7, "time (ms)": 2}, 2.0),
         ({"time (ns)": -1, "time (us)": "nan", "time (ms)": 2}, 2.0),  # unusable, then next
         ({"time (ms)": "2"}, 2.0),  # aorta reads numeric strings
+        ({"time (ns)": 10**400, "time (ms)": 2}, 2.0),  # past a float's range: the next
     ],
 )
 def test_time_metric(tmp_path, metrics, ms):
@@ -129,8 +130,14 @@ def test_root_is_never_a_kernel(tmp_path):
 def test_inner_nodes_are_walked_not_counted(tmp_path):
     inner = node("f", leaf("k", 100))
     inner["metrics"] = {"count": 9, "time (ns)": 5000}
-    s, _ = summary(write(tmp_path / "t.hatchet", tree(inner)))
-    assert s["proton_kernel_count"] == 1 and s["proton_gpu_time_ms"] == pytest.approx(0.0001)
+    frameless = {"children": [leaf("j", 200, 2)]}  # walked all the same, as aorta does
+    s, _ = summary(write(tmp_path / "t.hatchet", tree(inner, frameless)))
+    assert s["proton_kernel_count"] == 3 and s["proton_gpu_time_ms"] == pytest.approx(0.0003)
+
+
+def test_counts_past_2_53_are_read_as_aorta_reads_them(tmp_path):
+    s, _ = summary(write(tmp_path / "t.hatchet", tree(leaf("k", 100, 2**60 + 1))))
+    assert s["proton_kernel_count"] == int(float(2**60 + 1)) == 2**60
 
 
 def test_bytes_and_flops_give_rates(tmp_path):
@@ -179,6 +186,27 @@ def test_callsites_collapse_library_frames(tmp_path):
 )
 def test_readable_names(raw, short):
     assert ph.readable(raw) == short
+
+
+def test_json_rows_are_written_as_json_dumps_writes_them(tmp_path):
+    # to_json formats the kernel and call-site rows itself, for speed: each must come out
+    # as json.dumps would write it, whatever the names and whichever fields are null.
+    src = write(tmp_path / "app" / "run.py", 'launch("é\\t\\\\")  # "quoted"\n')
+    t = tree(
+        node(
+            f"{src}:1@main",
+            leaf('k "quoted" \\ é', 3000, 3),
+            leaf("uncounted", 1000, None),
+            leaf("zero", 1000, 0),
+            leaf("hooked", 2000, 2, bytes=4096, flops16=10**9),
+        )
+    )
+    s, _ = summary(write(tmp_path / "t.hatchet", t))
+    assert s["proton_callsites"][0]["source"]  # a source line, quotes and all
+    items = [line.strip().removesuffix(",") for line in ph.to_json(s).splitlines()
+             if line.startswith("    {")]  # fmt: skip
+    rows = [*s["proton_kernels"], *s["proton_callsites"]]
+    assert items == [json.dumps(row, ensure_ascii=False) for row in rows]
 
 
 # The command line.
