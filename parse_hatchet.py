@@ -111,10 +111,11 @@ def chain_of(cell):
 
 def tally(groups, by_cell, cells):
     """Sum the kernel leaves under each (nodes, cell) group, in aorta's order (depth first,
-    children in file order): by name, and by the chain of user frames above each leaf, kept
-    as linked cells (label, where, parent) in by_cell[id(cell)] (cells keeps each cell).
-    A tree is one group, its roots under no cell. Returns (the sums by name, whether any
-    frame was a python one, how many leaves had a time that is not a number >= 0).
+    children in file order), by name and by the chain of user frames above them. A tree is
+    one group, its roots under no cell; each user frame adds a linked cell (label, where,
+    parent), and a leaf's sums go to by_cell[id(cell)][name], cells[id(cell)] keeping the
+    cell. Returns (the sums by name, whether any frame was a python one, how many leaves
+    had time metrics but none a number >= 0).
 
     The hot loop of a large capture: a stack of child iterators rather than of nodes, exact
     types, the frame cache tested inline, a cell's sums looked up once per run of siblings,
