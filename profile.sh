@@ -80,7 +80,7 @@ for key, value in proton.items():
 if sys.argv[2]:  # --data, checked as the recipe's value would be
     proton = {**proton, "data": sys.argv[2]}
     if sys.argv[2] not in LISTS["data"]:
-        print(f"profile.sh: error: --data: {sys.argv[2]!r} is not one of tree, trace", file=sys.stderr)
+        print(f"profile.sh: error: --data: {sys.argv[2]!r} is not one of {', '.join(LISTS['data'])}", file=sys.stderr)
         raise SystemExit(2)
 o = {**DEFAULTS, **proton}
 if o["mode"] == "cli" and o["backend"] == "roctracer":
