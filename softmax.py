@@ -3,15 +3,19 @@
     python softmax.py --rows 4096 --cols 1024 --iters 20
 
 Each row is read from memory once and written once: the row max, the exponentials,
-their sum and the division all happen on-chip. Rows too long for one program are
-split into tiles: a first kernel reduces each tile to its max and its sum of
-exponentials, a second merges those partials and writes the row (two reads, one write).
+their sum and the division all happen on-chip. A row too long for one program is cut
+into tiles held by as many programs, which trade their tile's max and sum and then
+write their part of the row (still one read, one write). In Triton's CPU interpreter,
+and where the GPU cannot hold every tile of a row at once, long rows take two kernels
+instead: one reduces the tiles, the other reads them again and writes (two reads).
 
-With no GPU visible (or TRITON_INTERPRET=1) the same kernels run in Triton's CPU
-interpreter. Exit status: 0 PASS, 1 FAIL, 2 bad arguments or an input too large.
+With no GPU visible (or TRITON_INTERPRET=1) the kernels run in Triton's CPU interpreter.
+Under a launcher such as torchrun, each process uses the GPU its LOCAL_RANK names.
+Exit status: 0 PASS, 1 FAIL, 2 bad arguments or an input too large.
 """
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
@@ -25,8 +29,8 @@ if not torch.cuda.is_available():
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+import triton.profiler.language as pl  # noqa: E402
 from triton import knobs  # noqa: E402
-from triton.runtime import driver  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
@@ -39,16 +43,17 @@ _HIP = torch.version.hip is not None
 TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 2**-8, torch.float16: 2**-11}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
-# Rows up to this many columns are held whole in one program's registers. Longer rows
-# take the two-kernel tiled path; the tests lower both numbers to exercise it on CPU.
+# Rows up to this many columns are held whole in one program's registers; longer rows
+# are cut into tiles of TILE_COLS. Short rows are grouped so that one program holds at
+# least TILE_ELEMS elements, at about ELEMS_PER_THREAD a thread. All were swept on the
+# H200: fewer elements per program leave too few loads in flight to hide memory
+# latency, more add warps that only wait. The tests lower them to exercise each path.
 MAX_FUSED_COLS = 16384
-TILE_COLS = 4096
-# Short rows are grouped so that one program's tile holds at least this many elements,
-# at about ELEMS_PER_THREAD a thread. Both were swept on the H200 (1024 beat 2048 by 3 to
-# 8% at 512 and 1024 columns): fewer elements per program leave loads too few to hide
-# memory latency, more add warps that only wait. The tiled path did best at 32 a thread.
+TILE_COLS = 8192
 TILE_ELEMS = 1024
 ELEMS_PER_THREAD = 16
+# The interpreter runs a program at a time with NumPy: few, large programs are fastest.
+INTERPRETER_TILE_ELEMS = 2**16
 
 
 def _launch_metadata(grid, metadata, args):
@@ -64,10 +69,16 @@ def _launch_metadata(grid, metadata, args):
     }
 
 
+# SCOPES is True only while Proton's instrumentation backend compiles the kernel: then
+# each pl scope records its start and end cycles (`make intra`). Otherwise the `if` is
+# decided at compile time and the scopes leave no trace in the compiled code; in the
+# interpreter, which cannot run pl calls, they are skipped the same way.
+
+
 @triton.jit(launch_metadata=_launch_metadata)
 def softmax_kernel(
     out_ptr, in_ptr, n_rows, n_cols, in_row_stride, in_col_stride, out_row_stride,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCOPES: tl.constexpr,
 ):  # fmt: skip
     # One program holds BLOCK_M whole rows: a [BLOCK_M, BLOCK_N] tile, padded with -inf
     # past the last column so padding adds exp(-inf) = 0 to the sum.
@@ -75,16 +86,87 @@ def softmax_kernel(
     cols = tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
     rows = rows.to(tl.int64)  # row offsets of large inputs pass 2**31 elements
+    if SCOPES:
+        pl.enter_scope("load")
     x = tl.load(
         in_ptr + rows[:, None] * in_row_stride + cols[None, :] * in_col_stride,
         mask=mask,
         other=-float("inf"),
     ).to(tl.float32)
+    if SCOPES:
+        pl.exit_scope("load")
+        pl.enter_scope("max")
     # Subtracting the row max keeps exp() at or below 1: no overflow for large inputs.
-    num = tl.exp(x - tl.max(x, axis=1)[:, None])
-    y = num / tl.sum(num, axis=1)[:, None]
+    row_max = tl.max(x, axis=1)
+    if SCOPES:
+        pl.exit_scope("max")
+        pl.enter_scope("exp_sum")
+    num = tl.exp(x - row_max[:, None])
+    den = tl.sum(num, axis=1)
+    if SCOPES:
+        pl.exit_scope("exp_sum")
+        pl.enter_scope("store")
     out = out_ptr + rows[:, None] * out_row_stride + cols[None, :]
-    tl.store(out, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out, (num / den[:, None]).to(out_ptr.dtype.element_ty), mask=mask)
+    if SCOPES:
+        pl.exit_scope("store")
+
+
+@triton.jit(launch_metadata=_launch_metadata)
+def softmax_long_rows_kernel(
+    out_ptr, in_ptr, max_ptr, sum_ptr, counter_ptr, n_rows, n_cols, in_row_stride,
+    in_col_stride, out_row_stride, n_tiles,
+    BLOCK_N: tl.constexpr, TILES: tl.constexpr, SCOPES: tl.constexpr,
+):  # fmt: skip
+    # A row of n_tiles tiles is held by n_tiles programs, each with one tile in its
+    # registers. Programs take tickets in the order they start: ticket k is tile
+    # k % n_tiles of row k // n_tiles. A program waits only for the other tiles of its
+    # own row, and every row below the newest has all its tiles started; the newest
+    # row's missing tiles start as soon as any program finishes. So the launch cannot
+    # deadlock as long as the GPU holds n_tiles programs at once (_plan checks that).
+    ticket = tl.atomic_add(counter_ptr, 1)
+    row = (ticket // n_tiles).to(tl.int64)
+    tile = ticket % n_tiles
+    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    if SCOPES:
+        pl.enter_scope("load")
+    x = tl.load(
+        in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")
+    ).to(tl.float32)
+    if SCOPES:
+        pl.exit_scope("load")
+        pl.enter_scope("partials")
+    m = tl.max(x, axis=0)
+    # A tile of nothing but -inf has m = -inf and exp(-inf - -inf) = NaN; its true share
+    # of the row's sum is 0.
+    s = tl.where(m == -float("inf"), 0.0, tl.sum(tl.exp(x - m), axis=0))
+    tl.store(max_ptr + row * n_tiles + tile, m)
+    tl.store(sum_ptr + row * n_tiles + tile, s)
+    if SCOPES:
+        pl.exit_scope("partials")
+        pl.enter_scope("wait")
+    # Release publishes this tile's partials with its arrival; acquire makes every
+    # other tile's visible once all have arrived.
+    arrived = counter_ptr + 1 + row
+    seen = tl.atomic_add(arrived, 1, sem="acq_rel") + 1
+    while seen < n_tiles:
+        seen = tl.atomic_add(arrived, 0, sem="acquire")
+    if SCOPES:
+        pl.exit_scope("wait")
+        pl.enter_scope("merge")
+    t = tl.arange(0, TILES)
+    m_t = tl.load(max_ptr + row * n_tiles + t, mask=t < n_tiles, other=-float("inf"), volatile=True)
+    s_t = tl.load(sum_ptr + row * n_tiles + t, mask=t < n_tiles, other=0.0, volatile=True)
+    row_max = tl.max(m_t, axis=0)
+    row_sum = tl.sum(s_t * tl.exp(m_t - row_max), axis=0)
+    if SCOPES:
+        pl.exit_scope("merge")
+        pl.enter_scope("store")
+    y = tl.exp(x - row_max) / row_sum
+    tl.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if SCOPES:
+        pl.exit_scope("store")
 
 
 @triton.jit(launch_metadata=_launch_metadata)
@@ -92,7 +174,7 @@ def softmax_partials_kernel(
     max_ptr, sum_ptr, in_ptr, n_rows, n_cols, in_row_stride, in_col_stride, n_tiles,
     BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    # Pass 1 of a long row: each program reduces one tile to its max m and to
+    # Two-kernel path, pass 1: each program reduces one tile to its max m and to
     # sum(exp(x - m)). Programs are (row, tile), so every tile of every row runs at once.
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
@@ -103,8 +185,6 @@ def softmax_partials_kernel(
         other=-float("inf"),
     ).to(tl.float32)
     m = tl.max(x, axis=0)
-    # A tile of nothing but -inf has m = -inf and exp(-inf - -inf) = NaN; its true share
-    # of the row's sum is 0.
     s = tl.where(m == -float("inf"), 0.0, tl.sum(tl.exp(x - m), axis=0))
     tl.store(max_ptr + row * n_tiles + tile, m)
     tl.store(sum_ptr + row * n_tiles + tile, s)
@@ -133,60 +213,62 @@ def softmax_normalize_kernel(
     tl.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def launch_config(n_rows, n_cols, n_sms, warp_size):
-    """Tile shape and warps for a shape on a device with n_sms SMs (CUs on AMD).
-
-    Returns (BLOCK_M, BLOCK_N, num_warps); BLOCK_M == 0 selects the tiled two-kernel path.
-    """
+def launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems=TILE_ELEMS):
+    """The path for a shape on a device of n_sms SMs (CUs on AMD), and its launch:
+    ("fused", BLOCK_M, BLOCK_N, num_warps) for rows held whole by one program,
+    ("long", 0, BLOCK_N, num_warps) for rows cut into tiles of BLOCK_N columns."""
     if n_cols > MAX_FUSED_COLS:
-        return 0, TILE_COLS, max(1, TILE_COLS // (2 * ELEMS_PER_THREAD * warp_size))
+        return "long", 0, TILE_COLS, max(1, TILE_COLS // (2 * ELEMS_PER_THREAD * warp_size))
     block_n = triton.next_power_of_2(n_cols)
     # Short rows share a program, so that each program still loads a full tile; but
     # keep at least two programs per SM, or part of the GPU sits idle.
     most = max(1, n_rows // (2 * n_sms))
-    block_m = max(1, min(TILE_ELEMS // block_n, 1 << (most.bit_length() - 1)))
+    block_m = max(1, min(tile_elems // block_n, 1 << (most.bit_length() - 1)))
     num_warps = block_m * block_n // (ELEMS_PER_THREAD * warp_size)
-    return block_m, block_n, max(1, min(16, num_warps))
+    return "fused", block_m, block_n, max(1, min(16, num_warps))
 
 
 @functools.lru_cache(maxsize=1024)
 def _plan(n_rows, n_cols, device):
-    """launch_config for a shape on a device index, with the grid and, for the tiled
-    path, the tile count and the power of two above it:
-    (BLOCK_M, BLOCK_N, num_warps, grid, n_tiles, TILES). Worked out once per shape:
-    on every call it cost microseconds of host time (triton.cdiv alone is a
-    ConstexprFunction in Triton 3.9)."""
-    if INTERPRET:  # no SMs: one program per 'SM' keeps its program count (and time) low
-        n_sms, warp_size = 1, 32
+    """launch_config for a shape on a device index, settled into one of three kernels,
+    with its grid: (kernel name, BLOCK_M, BLOCK_N, num_warps, grid, n_tiles, TILES).
+    Worked out once per shape: it costs microseconds of host time."""
+    if INTERPRET:  # one 'SM', and large programs: few programs to interpret
+        n_sms, warp_size, tile_elems = 1, 32, INTERPRETER_TILE_ELEMS
     else:
         props = torch.cuda.get_device_properties(device)
-        n_sms, warp_size = props.multi_processor_count, props.warp_size
-    block_m, block_n, num_warps = launch_config(n_rows, n_cols, n_sms, warp_size)
-    if block_m:
-        return block_m, block_n, num_warps, (triton.cdiv(n_rows, block_m), 1, 1), 0, 0
+        n_sms, warp_size, tile_elems = props.multi_processor_count, props.warp_size, TILE_ELEMS
+    path, block_m, block_n, num_warps = launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems)
+    if path == "fused":
+        grid = (triton.cdiv(n_rows, block_m), 1, 1)
+        return "softmax_kernel", block_m, block_n, num_warps, grid, 0, 0
     n_tiles = triton.cdiv(n_cols, block_n)
-    return 0, block_n, num_warps, (n_rows, n_tiles, 1), n_tiles, triton.next_power_of_2(n_tiles)
+    tiles = triton.next_power_of_2(n_tiles)
+    # The single-read kernel needs all of a row's programs on the GPU at once: one a SM
+    # always fits. The interpreter runs programs one after another, so a program that
+    # waits for another would wait forever there.
+    if not INTERPRET and n_tiles <= n_sms:
+        grid = (n_rows * n_tiles, 1, 1)
+        return "softmax_long_rows_kernel", 0, block_n, num_warps, grid, n_tiles, tiles
+    return "softmax_partials_kernel", 0, block_n, num_warps, (n_rows, n_tiles, 1), n_tiles, tiles
 
 
-# Launching through Triton, `kernel[grid](...)`, binds and specialises every argument
-# and builds a cache key on each call: about 16 us of host time on the H200, for a
-# kernel that runs 6 us at the default shape, so back-to-back calls left the GPU idle
-# most of the time. Instead, the first call for a key has Triton compile (or find in
-# its cache) the kernel for those arguments, and every call does only what the last
-# step of Triton's JITFunction.run does: call that kernel's launcher, passing Triton's
-# launch hooks (Proton's `-k triton` among them) as Triton passes them.
-_kernels = {}
+# Launching as `kernel[grid](...)` binds and specialises every argument and builds a
+# cache key on each call: about 17 us of host time on the H200, for a kernel that runs
+# 6 us at the default shape. So the first call for a key compiles the kernel (or finds
+# it in Triton's cache) with kernel.warmup(...), and later calls launch that compiled
+# kernel as compiled[grid](...), as Triton's fused-softmax tutorial does: about 12 us.
+_compiled = {}
 
 
 def _key(x, device, strides, plan):
-    """What the compiled kernels of a softmax(x) call depend on, or finer; the device
-    index first.
+    """What the compiled kernels of a softmax(x) call depend on, or finer.
 
     Every launch argument follows from x's device, dtype, shape and strides and from
-    the plan (out and the partials are new, contiguous allocations). Triton further
+    the plan (out and the workspaces are new, contiguous allocations). Triton further
     specialises pointers on 16-byte alignment and, on AMD, on a storage under 2 GiB
-    (buffer loads); and compiles in the global options that JITFunction.run reads on
-    every launch (debugging, Proton's instrumentation mode, 3.9's float sanitizer).
+    (buffer loads); and compiles in the global options that kernel[grid] reads on every
+    launch (debugging, Proton's instrumentation mode, 3.9's float sanitizer).
     """
     return (
         device,
@@ -202,32 +284,34 @@ def _key(x, device, strides, plan):
     )
 
 
-def _launch(kernel, key, grid, num_warps, *args):
-    """kernel[grid](*args, num_warps=num_warps): every parameter positionally, the
-    constexprs last, as the launcher takes them."""
-    if INTERPRET:
-        kernel[grid](*args, num_warps=num_warps)
-        return
-    compiled = _kernels.get((kernel, key))
+def _launcher(kernel, key, grid, num_warps, args):
+    """A callable that launches kernel on grid when given args (every parameter,
+    positionally, the constexprs last)."""
+    runtime = knobs.runtime
+    # Hooks that kernel[grid] honours on every call, which a compiled kernel skips.
+    per_call = (
+        kernel.pre_run_hooks
+        or runtime.jit_cache_hook
+        or getattr(runtime, "add_stages_inspection_hook", None)  # Triton 3.7+
+    )
+    if INTERPRET or per_call:
+        return functools.partial(kernel[grid], num_warps=num_warps)
+    compiled = _compiled.get((kernel, key))
     if compiled is None:
-        compiled = _kernels[kernel, key] = kernel.warmup(*args, grid=grid, num_warps=num_warps)
-    stream = driver.active.get_current_stream(key[0])
-    enter, exit = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-    if _hooked(enter) or _hooked(exit):
-        metadata = compiled.launch_metadata(grid, stream, *args)
-    else:  # nothing would read the metadata: skip building it, and the empty calls
-        metadata = enter = exit = None
-    compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, metadata, enter, exit,
-                 *args)  # fmt: skip
+        compiled = _compiled[kernel, key] = kernel.warmup(*args, grid=grid, num_warps=num_warps)
+    return compiled[grid]
 
 
-def _hooked(hook):
-    """Whether a launch hook would call anything: Triton 3.5+ keeps a chain of them."""
-    return hook is not None and getattr(hook, "calls", True)
+def _on_device(x):
+    """Triton launches on the current device; torch allocates on the tensor's."""
+    if INTERPRET or x.device.index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(x.device)
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dimension of a 2-D tensor of any strides.
+    """Softmax over the last dimension of a 2-D tensor of any strides, on the GPU (in
+    Triton's interpreter, on the CPU).
 
     Returns a new contiguous tensor of x's shape and dtype; x is not modified.
     float32, float16 and bfloat16 inputs; arithmetic is in float32.
@@ -236,41 +320,43 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"softmax expects a 2-D tensor, got {x.ndim}-D")
     if x.dtype not in TOLERANCE:
         raise ValueError(f"softmax supports float32, float16 and bfloat16, not {x.dtype}")
+    if x.device.type != DEVICE:
+        raise ValueError(f"softmax expects a tensor on {DEVICE}, got one on {x.device}")
     n_rows, n_cols = x.shape
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if not n_rows or not n_cols:
         return out
-    strides = in_row_stride, in_col_stride = x.stride()
     # Column offsets are 32-bit; a strided view whose last column lies past 2**31
     # elements is copied first.
-    if (n_cols - 1) * in_col_stride >= 2**31:
+    if (n_cols - 1) * x.stride(1) >= 2**31:
         x = x.contiguous()
-        strides = in_row_stride, in_col_stride = x.stride()
-    # Triton launches on the current device; torch on the tensor's, and so do we.
-    device = x.get_device()
-    if not INTERPRET and device != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            return softmax(x)
-    block_m, block_n, num_warps, grid, n_tiles, tiles = plan = _plan(n_rows, n_cols, device)
-    key = _key(x, device, strides, plan)
-    if block_m:
-        _launch(
-            softmax_kernel, key, grid, num_warps,
-            out, x, n_rows, n_cols, in_row_stride, in_col_stride, n_cols, block_m, block_n,
-        )  # fmt: skip
-        return out
-    partial_max = torch.empty((n_rows, n_tiles), dtype=torch.float32, device=x.device)
-    partial_sum = torch.empty_like(partial_max)
-    _launch(
-        softmax_partials_kernel, key, grid, num_warps,
-        partial_max, partial_sum, x, n_rows, n_cols, in_row_stride, in_col_stride, n_tiles,
-        block_n,
-    )  # fmt: skip
-    _launch(
-        softmax_normalize_kernel, key, grid, num_warps,
-        out, x, partial_max, partial_sum, n_rows, n_cols, in_row_stride, in_col_stride,
-        n_cols, n_tiles, block_n, tiles,
-    )  # fmt: skip
+    strides = in_row_stride, in_col_stride = x.stride()
+    plan = _plan(n_rows, n_cols, x.get_device())
+    name, block_m, block_n, num_warps, grid, n_tiles, tiles = plan
+    key = _key(x, x.get_device(), strides, plan)
+    scopes = bool(knobs.compilation.instrumentation_mode)
+    with _on_device(x):
+        if name == "softmax_kernel":
+            args = (out, x, n_rows, n_cols, in_row_stride, in_col_stride, n_cols,
+                    block_m, block_n, scopes)  # fmt: skip
+            _launcher(softmax_kernel, key, grid, num_warps, args)(*args)
+            return out
+        partial_max = torch.empty((n_rows, n_tiles), dtype=torch.float32, device=x.device)
+        partial_sum = torch.empty_like(partial_max)
+        if name == "softmax_long_rows_kernel":
+            # The ticket counter and each row's arrivals start at zero on every call,
+            # also when the call is replayed from a CUDA graph (the fill is in it).
+            counters = torch.zeros(n_rows + 1, dtype=torch.int32, device=x.device)
+            args = (out, x, partial_max, partial_sum, counters, n_rows, n_cols, in_row_stride,
+                    in_col_stride, n_cols, n_tiles, block_n, tiles, scopes)  # fmt: skip
+            _launcher(softmax_long_rows_kernel, key, grid, num_warps, args)(*args)
+            return out
+        args = (partial_max, partial_sum, x, n_rows, n_cols, in_row_stride, in_col_stride,
+                n_tiles, block_n)  # fmt: skip
+        _launcher(softmax_partials_kernel, key, grid, num_warps, args)(*args)
+        args = (out, x, partial_max, partial_sum, n_rows, n_cols, in_row_stride, in_col_stride,
+                n_cols, n_tiles, block_n, tiles)  # fmt: skip
+        _launcher(softmax_normalize_kernel, key, grid, num_warps, args)(*args)
     return out
 
 
@@ -281,14 +367,22 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _count(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _whole(low, high):
+    """An argparse type: a whole number in [low, high)."""
+
+    def parse(text):
+        shown = text if len(text) <= 30 else f"{text[:30]}..."  # a message stays one short line
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {shown!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {shown}")
+        if value >= high:
+            raise argparse.ArgumentTypeError(f"must be below {high}, got {shown}")
+        return value
+
+    return parse
 
 
 def _free_bytes():
@@ -297,17 +391,35 @@ def _free_bytes():
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def _ranks():
+    """(rank, world size, local rank) as torchrun and similar launchers export them;
+    (0, 1, 0) when started alone."""
+    try:
+        return tuple(int(os.environ.get(name, default)) for name, default in
+                     (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0)))  # fmt: skip
+    except ValueError:
+        print("softmax: error: RANK, WORLD_SIZE and LOCAL_RANK must be whole numbers",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(2) from None
+
+
 def main(argv=None):
     parser = _Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=_count, default=4096, help="rows (default 4096)")
-    parser.add_argument("--cols", type=_count, default=1024, help="columns (default 1024)")
+    count = _whole(1, 2**31)
+    parser.add_argument("--rows", type=count, default=4096, help="rows (default 4096)")
+    parser.add_argument("--cols", type=count, default=1024, help="columns (default 1024)")
     parser.add_argument(
-        "--iters", type=_count, default=20, help="launches after the checked one (default 20)"
+        "--iters", type=count, default=20, help="launches after the checked one (default 20)"
     )
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
-    parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    parser.add_argument("--seed", type=_whole(0, 2**63), default=0, help="input seed (default 0)")
     args = parser.parse_args(argv)
     dtype = DTYPES[args.dtype]
+    rank, world, local_rank = _ranks()
+    # Each line names the rank when there are several, so that their output can be told apart.
+    tag = f"softmax[rank {rank}]" if world > 1 else "softmax"
+    if not INTERPRET:  # several ranks may share a GPU
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
 
     # Input, output and the float32 reference with its temporaries, refused up front
     # rather than failing halfway with an out-of-memory traceback.
@@ -315,7 +427,7 @@ def main(argv=None):
     free = _free_bytes()
     if need > free:
         print(
-            f"softmax: error: {args.rows} x {args.cols} {args.dtype} needs about "
+            f"{tag}: error: {args.rows} x {args.cols} {args.dtype} needs about "
             f"{need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free on {DEVICE}",
             file=sys.stderr,
         )
@@ -324,27 +436,27 @@ def main(argv=None):
     if INTERPRET:
         # No profiler sees interpreted launches and their timing means nothing, so the
         # checked launch is the only one.
-        print("softmax: device=cpu (Triton interpreter: one launch, --iters not run)")
+        print(f"{tag}: device=cpu (Triton interpreter: one launch, --iters not run)")
     else:
-        print(f"softmax: device={torch.cuda.get_device_name()}")
-    print(f"softmax: rows={args.rows} cols={args.cols} iters={args.iters}")
+        print(f"{tag}: device={torch.cuda.get_device_name()}")
+    print(f"{tag}: rows={args.rows} cols={args.cols} iters={args.iters}")
 
     torch.manual_seed(args.seed)
     x = torch.randn(args.rows, args.cols, device=DEVICE).to(dtype)
     y = softmax(x)
     ref = torch.softmax(x.float(), dim=1)
     err = (y.float() - ref).abs().max().item()
-    print(f"softmax: max_abs_err={err:.3e}")
+    print(f"{tag}: max_abs_err={err:.3e}")
     # Written so that NaN fails: every comparison with NaN is False.
     if not (err <= TOLERANCE[dtype]):
-        print("softmax: FAIL result differs from torch.softmax", file=sys.stderr)
+        print(f"{tag}: FAIL result differs from torch.softmax", file=sys.stderr)
         return 1
 
     if not INTERPRET:
         for _ in range(args.iters):
             softmax(x)
         torch.cuda.synchronize()
-    print("softmax: PASS")
+    print(f"{tag}: PASS")
     return 0
 
 

@@ -32,7 +32,8 @@ def randn(rows, cols, dtype=torch.float32, scale=1.0):
 
 @pytest.fixture
 def tiled(monkeypatch):
-    """Force the two-kernel path for rows longer than 8 columns, in tiles of 16."""
+    """Rows longer than 8 columns cut into tiles of 16: in the interpreter, the
+    two-kernel path."""
     monkeypatch.setattr(sm, "MAX_FUSED_COLS", 8)
     monkeypatch.setattr(sm, "TILE_COLS", 16)
     sm._plan.cache_clear()  # configurations worked out with the real limits
@@ -52,15 +53,48 @@ def test_matches_torch(shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(3, 9), (2, 15), (4, 16), (3, 17), (2, 100), (5, 1025)], ids=str)
 def test_tiled_path_matches_torch(tiled, shape, dtype):
-    assert sm.launch_config(*shape, 1, 32)[0] == 0
+    assert sm._plan(*shape, -1)[0] == "softmax_partials_kernel"
     check(randn(*shape, dtype))
 
 
 def test_short_rows_share_a_program():
-    block_m, block_n, _ = sm.launch_config(4096, 256, 132, 32)
-    assert block_m > 1 and block_n == 256
-    assert sm.launch_config(4096, 1024, 132, 32)[0] >= 1
-    assert sm.launch_config(256, 262144, 132, 32)[0] == 0
+    path, block_m, block_n, _ = sm.launch_config(4096, 256, 132, 32)
+    assert path == "fused" and block_m > 1 and block_n == 256
+    assert sm.launch_config(4096, 1024, 132, 32)[:2] == ("fused", 1)
+    assert sm.launch_config(256, 262144, 132, 32)[0] == "long"
+
+
+def test_the_interpreter_gets_few_large_programs():
+    # Each program is interpreted in Python: the default shape runs as 64, not 4096.
+    name, block_m, _, _, grid, _, _ = sm._plan(4096, 1024, -1)
+    assert name == "softmax_kernel" and grid == (4096 // block_m, 1, 1) and grid[0] <= 64
+
+
+@pytest.mark.parametrize(
+    "sms, cols, name",
+    [
+        (132, 1024, "softmax_kernel"),
+        (132, 65536, "softmax_long_rows_kernel"),  # 8 tiles, on 132 SMs
+        (132, 132 * sm.TILE_COLS, "softmax_long_rows_kernel"),  # one tile an SM
+        (132, 132 * sm.TILE_COLS + 1, "softmax_partials_kernel"),  # more tiles than SMs
+        (4, 65536, "softmax_partials_kernel"),
+    ],
+)
+def test_the_plan_on_a_gpu(monkeypatch, sms, cols, name):
+    props = SimpleNamespace(multi_processor_count=sms, warp_size=32)
+    monkeypatch.setattr(sm, "INTERPRET", False)
+    monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
+    sm._plan.cache_clear()
+    try:
+        plan = sm._plan(64, cols, 0)
+    finally:
+        sm._plan.cache_clear()
+    assert plan[0] == name
+    n_tiles = -(-cols // sm.TILE_COLS)
+    if name == "softmax_long_rows_kernel":  # one program a tile, a ticket each
+        assert plan[4] == (64 * n_tiles, 1, 1) and plan[5] == n_tiles
+    if name == "softmax_partials_kernel":
+        assert plan[4] == (64, n_tiles, 1)
 
 
 @pytest.mark.parametrize("use_tiles", [False, True], ids=["fused", "tiled"])
@@ -100,51 +134,64 @@ def test_empty_and_bad_inputs():
 
 
 # The launch path of a GPU, on CPU: fakes stand in for Triton's compiled kernels, and
-# their launchers run the real kernels in the interpreter with the arguments given.
+# launch the real kernels in the interpreter with the arguments given.
+
+
+def interpretable(kernel, args):
+    """args with SCOPES off: the interpreter cannot run Proton's scope calls."""
+    if kernel.arg_names[-1] == "SCOPES":
+        return (*args[:-1], False)
+    return args
 
 
 class FakeCompiled:
-    function, packed_metadata = "function-handle", "packed-metadata"
+    """What kernel.warmup() returns: compiled[grid](*args) launches it."""
 
     def __init__(self, kernel, num_warps):
         self.kernel, self.num_warps, self.launches = kernel, num_warps, []
 
-    def launch_metadata(self, grid, stream, *args):
-        return ("metadata", grid, stream)
+    def __getitem__(self, grid):
+        def runner(*args):
+            self.launches.append(grid)
+            self.kernel[grid](*interpretable(self.kernel, args), num_warps=self.num_warps)
 
-    def run(self, gx, gy, gz, stream, function, packed, metadata, enter, exit, *args):
-        self.launches.append((stream, function, packed, metadata, enter, exit))
-        self.kernel[(gx, gy, gz)](*args, num_warps=self.num_warps)
+        return runner
 
 
 class FakeJit:
-    """A @triton.jit kernel whose warmup() 'compiles': each call is counted."""
+    """A @triton.jit kernel: warmup() 'compiles' (each call counted), kernel[grid](...)
+    launches it the slow way (counted too)."""
 
     def __init__(self, kernel):
-        self.kernel, self.compiled = kernel, []
+        self.kernel, self.compiled, self.jit_launches, self.pre_run_hooks = kernel, [], 0, []
+        self.arg_names = kernel.arg_names
 
     def warmup(self, *args, grid, num_warps):
         self.compiled.append(FakeCompiled(self.kernel, num_warps))
         return self.compiled[-1]
 
+    def __getitem__(self, grid):
+        def run(*args, num_warps):
+            self.jit_launches += 1
+            self.kernel[grid](*interpretable(self.kernel, args), num_warps=num_warps)
+
+        return run
+
 
 @pytest.fixture
 def gpu_path(monkeypatch):
-    """softmax() as it runs on a GPU (device index -1: the CPU), its kernels faked."""
+    """softmax() as it runs on a GPU of one SM (CPU tensors stand in), kernels faked."""
     fakes = {}
     for name in ("softmax_kernel", "softmax_partials_kernel", "softmax_normalize_kernel"):
         fakes[name] = FakeJit(getattr(sm, name))
         monkeypatch.setattr(sm, name, fakes[name])
     monkeypatch.setattr(sm, "INTERPRET", False)
-    monkeypatch.setattr(sm, "_kernels", {})
-    monkeypatch.setattr(sm.torch.cuda, "current_device", lambda: -1)
+    monkeypatch.setattr(sm, "_compiled", {})
+    monkeypatch.setattr(sm.torch.cuda, "current_device", lambda: None)  # a CPU tensor's index
     props = SimpleNamespace(multi_processor_count=1, warp_size=32)
     monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
-    streams = []
-    active = SimpleNamespace(get_current_stream=lambda device: streams.append(device) or 77)
-    monkeypatch.setattr(sm, "driver", SimpleNamespace(active=active))
     sm._plan.cache_clear()
-    yield fakes, streams
+    yield fakes
     sm._plan.cache_clear()
 
 
@@ -152,67 +199,112 @@ def compiles(fakes):
     return {name: len(fake.compiled) for name, fake in fakes.items() if fake.compiled}
 
 
-def test_a_key_compiles_once_and_then_launches_directly(gpu_path):
-    fakes, streams = gpu_path
+def test_a_key_compiles_once_and_then_launches_the_compiled_kernel(gpu_path):
+    fakes = gpu_path
     x = randn(5, 100)
     for _ in range(3):
         check(x)
     check(randn(5, 100))  # other values, same key
     assert compiles(fakes) == {"softmax_kernel": 1}
     (compiled,) = fakes["softmax_kernel"].compiled
-    assert len(compiled.launches) == 4 and streams == [-1] * 4
-    # No launch hook registered: no metadata is built and no hook is called.
-    assert compiled.launches[0] == (77, "function-handle", "packed-metadata", None, None, None)
+    assert compiled.launches == [sm._plan(5, 100, -1)[4]] * 4
+    assert fakes["softmax_kernel"].jit_launches == 0
 
 
-def test_launch_hooks_get_the_metadata(gpu_path):
-    # What Proton's -k triton registers: it reads the kernel's launch_metadata.
-    fakes, _ = gpu_path
-    enter = sm.knobs.runtime.launch_enter_hook
-    enter.add(print)
-    try:
-        check(randn(5, 100))
-    finally:
-        enter.remove(print)
-    stream, function, packed, metadata, *hooks = fakes["softmax_kernel"].compiled[0].launches[0]
-    assert metadata == ("metadata", sm._plan(5, 100, -1)[3], 77)
-    assert hooks == [enter, sm.knobs.runtime.launch_exit_hook]
+@pytest.mark.parametrize(
+    "hook",
+    [
+        lambda monkeypatch, fake: fake.pre_run_hooks.append(print),
+        lambda monkeypatch, fake: monkeypatch.setattr(sm.knobs.runtime, "jit_cache_hook", print),
+    ],
+    ids=["pre_run_hooks", "jit_cache_hook"],
+)
+def test_per_call_hooks_launch_through_triton(gpu_path, monkeypatch, hook):
+    # Hooks that kernel[grid] runs on every call, and a compiled kernel would skip.
+    fake = gpu_path["softmax_kernel"]
+    hook(monkeypatch, fake)
+    check(randn(5, 100))
+    assert fake.jit_launches == 1 and fake.compiled == []
+
+
+def aligned_pair():
+    base = torch.randn(504, device=sm.DEVICE)
+    return base[:500].view(5, 100), base[1:501].view(5, 100)  # same strides, 4 bytes apart
+
+
+def big_storage():
+    # 2 GiB and more of storage, never touched but for the view's 500 elements.
+    return torch.empty(2**29 + 4, device=sm.DEVICE)[:500].view(5, 100).normal_()
 
 
 @pytest.mark.parametrize(
     "other",
     [
-        lambda: randn(5, 100, torch.bfloat16),  # dtype
-        lambda: randn(5, 112),  # columns divisible by 16: another specialisation
-        lambda: randn(1, 100),  # one row: Triton folds n_rows == 1 into the code
-        lambda: randn(100, 5).t(),  # stride pattern
-        lambda: randn(5, 101)[:, 1:],  # a pointer off 16-byte alignment
+        lambda mp: randn(5, 100, torch.bfloat16),  # dtype
+        lambda mp: randn(5, 112),  # columns divisible by 16: another specialisation
+        lambda mp: randn(1, 100),  # one row: Triton folds n_rows == 1 into the code
+        lambda mp: randn(100, 5).t(),  # strides
+        lambda mp: aligned_pair()[1],  # a pointer off 16-byte alignment
+        lambda mp: mp.setattr(sm.knobs.runtime, "debug", True) or randn(5, 100),
+        lambda mp: (
+            mp.setattr(sm.knobs.compilation, "instrumentation_mode", "default") or randn(5, 100)
+        ),
+        lambda mp: mp.setenv("TRITON_FPSAN_HOMOMORPHIC_CASTS", "1") or randn(5, 100),
     ],
-    ids=["dtype", "cols%16", "rows==1", "transposed", "unaligned"],
+    ids=[
+        "dtype",
+        "cols%16",
+        "rows==1",
+        "strides",
+        "alignment",
+        "debug",
+        "instrumentation",
+        "fpsan",
+    ],  # fmt: skip
 )
-def test_what_the_compiled_code_depends_on_gets_its_own_kernel(gpu_path, other):
-    fakes, _ = gpu_path
+def test_what_the_compiled_code_depends_on_gets_its_own_kernel(gpu_path, monkeypatch, other):
+    if "fpsan" in str(other.__code__.co_consts) and not hasattr(
+        sm.knobs.compilation, "fpsan_homomorphic_casts"
+    ):
+        pytest.skip("Triton before 3.9 has no float sanitizer")
+    check(aligned_pair()[0])
+    check(other(monkeypatch))
+    assert compiles(gpu_path) == {"softmax_kernel": 2}
+
+
+@pytest.mark.parametrize("hip", [True, False], ids=["amd", "nvidia"])
+def test_a_storage_past_2_gib_gets_its_own_kernel_on_amd(gpu_path, monkeypatch, hip):
+    # AMD's buffer loads need a storage under 2 GiB; NVIDIA compiles the same code.
+    monkeypatch.setattr(sm, "_HIP", hip)
     check(randn(5, 100))
-    check(other())
-    assert compiles(fakes) == {"softmax_kernel": 2}
+    check(big_storage())
+    assert compiles(gpu_path) == {"softmax_kernel": 2 if hip else 1}
 
 
 def test_each_device_compiles_its_own(gpu_path):
-    fakes, streams = gpu_path
+    fake = gpu_path["softmax_kernel"]
     x = randn(5, 100)
     plan = sm._plan(5, 100, -1)
-    args = (torch.empty_like(x), x, 5, 100, 100, 1, 100, *plan[:2])
+    args = (torch.empty_like(x), x, 5, 100, 100, 1, 100, *plan[1:3], False)
     for device in (0, 1, 0):
-        sm._launch(fakes["softmax_kernel"], sm._key(x, device, (100, 1), plan), plan[3], 1, *args)
-    assert len(fakes["softmax_kernel"].compiled) == 2 and streams == [0, 1, 0]
+        sm._launcher(fake, sm._key(x, device, (100, 1), plan), plan[4], 1, args)(*args)
+    assert len(fake.compiled) == 2
 
 
-def test_the_tiled_path_launches_both_kernels_directly(gpu_path, tiled):
-    fakes, _ = gpu_path
+def test_long_rows_beyond_the_gpu_take_two_kernels(gpu_path, tiled):
+    # One SM cannot hold the two tiles of a row at once: the two-kernel path.
+    fakes = gpu_path
     for _ in range(2):
         check(randn(3, 50))
     assert compiles(fakes) == {"softmax_partials_kernel": 1, "softmax_normalize_kernel": 1}
     assert all(len(fake.compiled[0].launches) == 2 for fake in fakes.values() if fake.compiled)
+
+
+def test_a_tensor_elsewhere_is_refused(gpu_path, monkeypatch):
+    x = randn(5, 100)
+    monkeypatch.setattr(sm, "DEVICE", "cuda")  # a GPU machine, given a CPU tensor
+    with pytest.raises(ValueError, match="softmax expects a tensor on cuda, got one on cpu"):
+        sm.softmax(x)
 
 
 # The command line, as a user runs it.
@@ -231,6 +323,16 @@ def test_cli_prints_the_four_lines():
     assert p.stderr == ""
 
 
+def main(capsys, *argv):
+    """softmax.main in this process: (exit status, stdout, stderr)."""
+    try:
+        status = sm.main([str(a) for a in argv])
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -238,28 +340,44 @@ def test_cli_prints_the_four_lines():
         (["--cols", "-3"], "argument --cols: must be at least 1, got -3"),
         (["--iters", "1.5"], "argument --iters: expected a whole number, got '1.5'"),
         (["--rows", "many"], "argument --rows: expected a whole number, got 'many'"),
+        (["--rows", "9" * 99], "argument --rows: must be below 2147483648, got 999999"),
+        (["--rows", "9" * 5000], "argument --rows: expected a whole number, got '999999"),
+        (["--seed", str(2**63)], "argument --seed: must be below 9223372036854775808"),
+        (["--seed", "-1"], "argument --seed: must be at least 0, got -1"),
         (["--cols"], "argument --cols: expected one argument"),
         (["--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
-        (["--cols", "99999999999"], "needs about"),
+        (["--cols", "2147483647"], "needs about"),
     ],
 )
-def test_cli_refuses_bad_arguments(args, message):
-    p = run(sm.sys.executable, "softmax.py", *args)
-    assert p.returncode == 2
-    assert p.stdout == ""
-    assert p.stderr.count("\n") == 1 and p.stderr.startswith("softmax: error: ")
-    assert message in p.stderr
+def test_cli_refuses_bad_arguments(capsys, args, message):
+    status, out, err = main(capsys, *args)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("softmax: error: ")
+    assert message in err and len(err) < 200
 
 
 @pytest.mark.parametrize("wrong", [torch.zeros_like, lambda y: torch.full_like(y, float("nan"))])
 def test_cli_fails_on_a_wrong_result(monkeypatch, capsys, wrong):
     real = sm.softmax
     monkeypatch.setattr(sm, "softmax", lambda x: wrong(real(x)))
-    assert sm.main(["--rows", "8", "--cols", "16", "--iters", "1"]) == 1
-    out, err = capsys.readouterr()
-    assert "softmax: PASS" not in out
+    status, out, err = main(capsys, "--rows", 8, "--cols", 16, "--iters", 1)
+    assert status == 1 and "softmax: PASS" not in out
     assert err == "softmax: FAIL result differs from torch.softmax\n"
+
+
+def test_cli_marks_its_lines_with_the_rank_under_a_launcher(monkeypatch, capsys):
+    for name, value in {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    status, out, _ = main(capsys, "--rows", 8, "--cols", 16)
+    assert status == 0 and len(out.splitlines()) == 4
+    assert all(line.startswith("softmax[rank 3]: ") for line in out.splitlines())
+    assert out.endswith("softmax[rank 3]: PASS\n")
+    monkeypatch.setenv("WORLD_SIZE", "1")  # a launcher of one process: as when alone
+    assert main(capsys, "--rows", 8, "--cols", 16)[1].endswith("\nsoftmax: PASS\n")
+    monkeypatch.setenv("LOCAL_RANK", "one")
+    status, out, err = main(capsys)
+    assert status == 2 and out == "" and err.count("\n") == 1 and "LOCAL_RANK" in err
 
 
 @pytest.mark.gpu
@@ -285,11 +403,68 @@ def test_gpu_matches_torch_at_full_size(shape, dtype):
 @pytest.mark.gpu
 def test_gpu_cached_launches_stay_correct():
     # Interleaved keys, each launched several times: every launch after the first of a
-    # key goes straight to its compiled kernel.
+    # key goes to its compiled kernel.
     inputs = [randn(4096, 1024), randn(4096, 1000, torch.bfloat16), randn(1024, 300).t(),
-              randn(7, 40000, torch.float16), randn(1, 64), randn(300, 1025)[:, 1:]]  # fmt: skip
-    sm._kernels.clear()
+              randn(7, 40000, torch.float16), randn(1, 64), randn(300, 1025)[:, 1:],
+              randn(3, 133 * sm.TILE_COLS)]  # fmt: skip
+    sm._compiled.clear()
     for _ in range(3):
         for x in inputs:
             check(x.normal_())
-    assert len(sm._kernels) == 7  # one kernel per input, two for the tiled one
+    assert len(sm._compiled) == 8  # one kernel per input, two for the two-kernel one
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("tiles", [2, 3, 8, 64, 128])
+def test_gpu_long_rows_read_once(dtype, tiles):
+    n_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cols = tiles * sm.TILE_COLS - 5  # the last tile part padding
+    assert sm._plan(9, cols, 0)[0] == ("softmax_long_rows_kernel" if tiles <= n_sms else "")
+    x = randn(9, cols, dtype, scale=10)
+    x[1, :] = -float("inf")  # a row of -inf: NaN, as torch gives
+    x[2, : sm.TILE_COLS + 7] = -float("inf")  # whole tiles of -inf: they add nothing
+    y = check(x)
+    assert y[1].isnan().all() and (y[2, : sm.TILE_COLS + 7] == 0).all()
+    check(randn(2 * cols, 9, dtype).t())  # strided: column stride 9
+    check(randn(9, cols + 64, dtype)[:, 64:])  # row stride wider than the row
+
+
+@pytest.mark.gpu
+def test_gpu_long_rows_replayed_from_a_cuda_graph():
+    # The counters are zeroed inside the graph, so every replay starts afresh.
+    x = randn(64, 16 * sm.TILE_COLS)
+    sm.softmax(x)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = sm.softmax(x)
+    for _ in range(3):
+        x.normal_()
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, torch.softmax(x, dim=1), atol=1e-6, rtol=0)
+
+
+@pytest.mark.gpu
+def test_gpu_rows_longer_than_the_gpu_holds_take_two_kernels():
+    n_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cols = (n_sms + 1) * sm.TILE_COLS
+    assert sm._plan(3, cols, 0)[0] == "softmax_partials_kernel"
+    check(randn(3, cols))
+
+
+@pytest.mark.gpu
+def test_gpu_refuses_a_cpu_tensor():
+    with pytest.raises(ValueError, match="softmax expects a tensor on cuda, got one on cpu"):
+        sm.softmax(torch.randn(4, 4))
+
+
+@pytest.mark.gpu
+def test_gpu_scopes_leave_no_trace_without_instrumentation():
+    # With instrumentation off, pl scopes compile to nothing, SCOPES True or False: the
+    # same code, and no clock read in it. Under Proton's instrumentation they read clocks.
+    x, out = randn(64, 1024), torch.empty(64, 1024, device="cuda")
+    args = (out, x, 64, 1024, 1024, 1, 1024, 1, 1024)
+    plain = sm.softmax_kernel.warmup(*args, False, grid=(64,), num_warps=4).asm["ptx"]
+    scoped = sm.softmax_kernel.warmup(*args, True, grid=(64,), num_warps=4).asm["ptx"]
+    assert plain == scoped and "%clock" not in plain and "globaltimer" not in plain
