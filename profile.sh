@@ -2,18 +2,23 @@
 # Run a command under Proton as an aorta recipe's collect.proton says, check the
 # capture, and summarise it into OUT/summary.json.
 #
-#   ./profile.sh [--recipe FILE] [--output DIR] [--data tree|trace] [--dry-run] [-- COMMAND ...]
+#   ./profile.sh [--recipe FILE] [--output DIR] [--data tree|trace] [--backend NAME]
+#                [--dry-run] [-- COMMAND ...]
 #
-# --data overrides the recipe's collect.proton.data for this run.
+# COMMAND runs a .py script: through its interpreter (python softmax.py ...), or through
+# a launcher that starts it once per rank (torchrun ... softmax.py ..., srun torchrun
+# ...), each rank then writing OUT/proton.rank<R>.<ext>. --data and --backend override
+# the recipe's for this run. --dry-run prints what would run, and runs nothing.
 # Exit status: the workload's own when it fails; 1 no usable capture; 2 usage, a
 # refused recipe, or no GPU visible.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 recipe=recipe.yaml
 out=profiling_results
 dry_run=0
-data_override=
+data=
+backend=
 cmd=(python softmax.py --rows 4096 --cols 1024 --iters 20)
 
 die() { echo "profile.sh: error: $2" >&2; exit "$1"; }
@@ -22,75 +27,45 @@ while (($#)); do
   case "$1" in
     --recipe) (($# >= 2)) || die 2 "--recipe needs a file"; recipe=$2; shift 2 ;;
     --output) (($# >= 2)) || die 2 "--output needs a directory"; out=$2; shift 2 ;;
-    --data) (($# >= 2)) || die 2 "--data needs tree or trace"; data_override=$2; shift 2 ;;
+    --data) (($# >= 2)) || die 2 "--data needs tree or trace"; data=$2; shift 2 ;;
+    --backend) (($# >= 2)) || die 2 "--backend needs a name"; backend=$2; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --) shift; (($#)) || die 2 "no command after --"; cmd=("$@"); break ;;
-    -h|--help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) die 2 "unknown argument: $1 (see --help)" ;;
+    -h|--help) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) die 2 "unknown argument: ${1:0:60} (see --help)" ;;
   esac
 done
+[[ -n $out ]] || die 2 "--output needs a directory, not an empty name"
+[[ ! -e $out || -d $out ]] || die 2 "--output ${out:0:200}: not a directory"
 
-# The workload's own interpreter reads the recipe and, in cli mode, hosts Proton:
-# a `proton` console script may belong to another Python.
+# The words before the script start it: its interpreter, or a launcher and its options.
+start=()
+for word in "${cmd[@]}"; do
+  [[ $word != *.py ]] || break
+  start+=("$word")
+done
+((${#start[@]} < ${#cmd[@]})) || die 2 "the command must run a .py script (e.g. -- python softmax.py)"
+((${#start[@]})) || die 2 "the command must start with the script's interpreter or launcher"
+script=("${cmd[@]:${#start[@]}}")
+
+# The workload's own interpreter reads the recipe, hosts Proton and parses the capture:
+# a `python3` on PATH may be another Python. Under a launcher, the first word that
+# names an interpreter, if any.
 py=
-case "$(basename "${cmd[0]}")" in python*) py=${cmd[0]} ;; esac
+for word in "${start[@]}"; do
+  case "$(basename -- "$word")" in python*) py=$word; break ;; esac
+done
+alone=0  # one process, started by its interpreter alone
+[[ ${#start[@]} -eq 1 && -n $py ]] && alone=1
+py=${py:-python3}
+command -v -- "$py" >/dev/null || die 2 "no interpreter ${py:0:200}"
 
-# One line, "mode backend context data hook", each checked against its list (hook
-# "none" when unset). YAML is read with safe_load only.
-options=$("${py:-python3}" - "$recipe" "$data_override" <<'PY'
-import sys
-import yaml
-
-LISTS = {
-    "mode": ["cli", "env"],
-    "backend": ["auto", "cupti", "rocprofiler", "roctracer", "instrumentation"],
-    "context": ["shadow", "python"],
-    "data": ["tree", "trace"],
-    "hook": ["triton"],
-}
-AORTA_ONLY = ["backend_mode", "instrumentation_mode", "granularity"]
-DEFAULTS = {"mode": "cli", "backend": "auto", "context": "shadow", "data": "tree", "hook": "none"}
-
-
-def refuse(message):
-    print(f"profile.sh: error: {sys.argv[1]}: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-try:
-    with open(sys.argv[1], encoding="utf-8") as f:
-        recipe = yaml.safe_load(f)
-except OSError as e:
-    refuse(e.strerror.lower())
-except yaml.YAMLError as e:
-    refuse(f"not valid YAML: {' '.join(str(e).split())}")
-collect = recipe.get("collect") if isinstance(recipe, dict) else None
-proton = collect.get("proton") if isinstance(collect, dict) else None
-if not isinstance(proton, dict):
-    refuse("no collect.proton mapping")
-for key, value in proton.items():
-    if key in AORTA_ONLY:
-        refuse(f"collect.proton.{key} is read by aorta only; profile.sh cannot pass it on")
-    if key not in LISTS:
-        refuse(f"unknown key collect.proton.{key} (known: {', '.join(LISTS)})")
-    if not isinstance(value, str):
-        refuse(f"collect.proton.{key} must be a string, got {value!r}")
-    if value not in LISTS[key]:
-        refuse(f"collect.proton.{key}: {value!r} is not one of {', '.join(LISTS[key])}")
-if sys.argv[2]:  # --data, checked as the recipe's value would be
-    proton = {**proton, "data": sys.argv[2]}
-    if sys.argv[2] not in LISTS["data"]:
-        print(f"profile.sh: error: --data: {sys.argv[2]!r} is not one of {', '.join(LISTS['data'])}", file=sys.stderr)
-        raise SystemExit(2)
-o = {**DEFAULTS, **proton}
-if o["mode"] == "cli" and o["backend"] == "roctracer":
-    refuse("backend roctracer in cli mode captures an empty tree on AMD; use mode: env, or backend: auto")
-if "rocprof" in collect and o["backend"] in ("auto", "rocprofiler", "roctracer"):
-    refuse(f"rocprof and proton (backend {o['backend']}) both intercept HSA queues; use backend: instrumentation, or drop one")
-print(*(o[k] for k in DEFAULTS))
-PY
-) || exit $?
-read -r mode backend context data hook <<<"$options"
+status=0
+options=$("$py" -I "$here/recipe.py" "$recipe" "$data" "$backend") || status=$?
+((status != 2)) || exit 2  # recipe.py said why
+((status == 0)) || die 2 "$py could not read the recipe (exit $status)"
+mapfile -t o <<<"$options"  # one a line, as recipe.py's FIELDS; the empty ones last
+mode=${o[0]} backend=${o[1]} context=${o[2]} data=${o[3]} hook=${o[4]-} proton_mode=${o[5]-}
 
 out=$(realpath -m -- "$out")
 name=$out/proton
@@ -103,9 +78,10 @@ declare -A exports=()
 order=()
 setenv() { exports[$1]=$2; order+=("$1"); }
 
-# Device variables, as aorta moves them: Proton's AMD backends refuse HIP_ and
-# CUDA_VISIBLE_DEVICES and honour ROCR_VISIBLE_DEVICES.
-if [[ $backend == roc* || -n ${HIP_VISIBLE_DEVICES+x} || -n ${ROCR_VISIBLE_DEVICES+x} ]]; then
+# Device variables, as aorta moves them: Proton's AMD queue-intercepting backends
+# refuse HIP_ and CUDA_VISIBLE_DEVICES and honour ROCR_VISIBLE_DEVICES.
+if [[ $backend == auto || $backend == roc* ]] &&
+  [[ $backend == roc* || -n ${HIP_VISIBLE_DEVICES+x} || -n ${ROCR_VISIBLE_DEVICES+x} ]]; then
   value=${HIP_VISIBLE_DEVICES-${CUDA_VISIBLE_DEVICES-}}
   for var in HIP_VISIBLE_DEVICES CUDA_VISIBLE_DEVICES; do
     [[ -z ${!var+x} ]] || unsets+=("$var")
@@ -116,21 +92,31 @@ if [[ $backend == roc* || -n ${HIP_VISIBLE_DEVICES+x} || -n ${ROCR_VISIBLE_DEVIC
   fi
 fi
 
+# Proton's own command line where it can do the job (one process, no typed mode);
+# proton_launch.py, which does what it does, under a launcher (the rank goes into each
+# capture's name) and for a mode (3.6 and 3.7's command line drop it).
+launch=("$here/proton_launch.py" -n "$name")
 if [[ $mode == cli ]]; then
-  [[ -n $py ]] || die 2 "mode cli needs a command that starts with its Python interpreter, got: ${cmd[0]}"
-  run=("$py" -m triton.profiler.proton -n "$name")
-  [[ $backend == auto ]] || run+=(-b "$backend")
-  run+=(--context "$context" --data "$data")
-  [[ $hook == none ]] || run+=(-k "$hook")
-  run+=("${cmd[@]:1}")
+  flags=()
+  [[ $backend == auto ]] || flags+=(-b "$backend")
+  flags+=(--context "$context" --data "$data")
+  [[ -z $hook ]] || flags+=(-k "$hook")
+  if ((alone)) && [[ -z $proton_mode && $backend != instrumentation ]]; then
+    run=("$py" -m triton.profiler.proton -n "$name" "${flags[@]}" "${script[@]}")
+  else
+    [[ -z $proton_mode ]] || flags+=(--mode "$proton_mode")
+    run=("${start[@]}" "${launch[@]}" "${flags[@]}" "${script[@]}")
+  fi
 else
   run=("${cmd[@]}")
+  ((alone)) || run=("${start[@]}" "${launch[@]}" --env "${script[@]}")
   setenv AORTA_PROTON_DIR "$out"
   setenv AORTA_PROTON_NAME "$name"
   setenv AORTA_PROTON_CONTEXT "$context"
   setenv AORTA_PROTON_DATA "$data"
   [[ $backend == auto ]] || setenv AORTA_PROTON_BACKEND "$backend"
-  [[ $hook == none ]] || setenv AORTA_PROTON_HOOK "$hook"
+  [[ -z $proton_mode ]] || setenv AORTA_PROTON_MODE "$proton_mode"
+  [[ -z $hook ]] || setenv AORTA_PROTON_HOOK "$hook"
 fi
 
 if ((dry_run)); then
@@ -138,12 +124,18 @@ if ((dry_run)); then
   for var in "${order[@]}"; do echo "export $var=$(printf '%q' "${exports[$var]}")"; done
   line=$(printf '%q ' "${run[@]}")
   echo "${line% }"
+  if ((!alone)); then
+    line=$(printf '%q ' "${run[@]:${#start[@]}}")
+    echo "# each rank runs: ${line% }"
+    echo "# and writes $(printf '%q' "$name").rank<RANK>.$ext (RANK, else SLURM_PROCID)"
+  fi
   exit 0
 fi
 
-# Proton needs a GPU. Asking torch would take seconds (its import alone); the driver's
-# device nodes answer at once: NVIDIA's /dev/nvidiactl, AMD's /dev/kfd. A device
-# variable set to nothing or -1 hides every GPU.
+# Proton needs a GPU where the command runs here (its interpreter, or torchrun); srun
+# and other launchers run it elsewhere. Asking torch would take seconds (its import
+# alone): the driver's device nodes answer at once, NVIDIA's /dev/nvidiactl, AMD's
+# /dev/kfd. A device variable set to nothing or -1 hides every GPU.
 gpu_visible() {
   local var
   for var in CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
@@ -151,20 +143,26 @@ gpu_visible() {
   done
   [[ -e /dev/nvidiactl || -e /dev/kfd ]]
 }
-gpu_visible || [[ ${PROFILE_ASSUME_GPU:-} == 1 ]] ||
-  die 2 "no GPU visible: Proton needs one (check the kernel alone with: make run)"
+case "$(basename -- "${cmd[0]}")" in
+  python* | torchrun)
+    gpu_visible || [[ ${PROFILE_ASSUME_GPU:-} == 1 ]] ||
+      die 2 "no GPU visible: Proton needs one (check the kernel alone with: make run)" ;;
+esac
 
 for var in "${unsets[@]}"; do unset "$var"; done
 for var in "${order[@]}"; do export "$var=${exports[$var]}"; done
 
-# A capture left by an earlier run must not pass for this one's.
-mkdir -p "$out"
-rm -f "$name.$ext" "$out/summary.json"
+# Captures left by an earlier run (of any number of ranks) must not pass for this one's.
+mkdir -p -- "$out" 2>/dev/null || die 2 "cannot make the directory ${out:0:200}"
+rm -f -- "$name.$ext" "$name".rank*."$ext" "$out/summary.json"
 status=0
 "${run[@]}" || status=$?
 ((status == 0)) || die "$status" "the command exited $status; no summary written"
 
-[[ -f $name.$ext ]] || die 1 "no $name.$ext: the run wrote no profile (Triton 3.6 loses it when the script raises or calls sys.exit; in env mode the payload must call proton.start() and proton.finalize())"
-"${py:-python3}" "$here/parse_hatchet.py" "$name.$ext" -o "$out/summary.json" --table ||
-  die 1 "$name.$ext holds no timed kernel; see the line above"
+shopt -s nullglob
+captures=("$name".rank*."$ext")
+[[ ! -f $name.$ext ]] || captures=("$name.$ext" "${captures[@]}")
+((${#captures[@]})) || die 1 "no $name.$ext: the run wrote no profile (Triton 3.6 loses it when the script raises or calls sys.exit; in env mode the payload must call proton.start() and proton.finalize())"
+"$py" "$here/parse_hatchet.py" "${captures[@]}" -o "$out/summary.json" --table || status=$?
+((status == 0)) || die "$status" "no summary written (see the line above)"
 echo "profile.sh: wrote $out/summary.json"

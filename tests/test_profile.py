@@ -1,16 +1,23 @@
-"""profile.sh and recipe.yaml: the command it builds, what it refuses, and how it checks
-a capture. The post-run checks use a fake env-mode payload that writes a given tree."""
+"""profile.sh, recipe.py and proton_launch.py: the command profile.sh builds, what it
+refuses, and how it checks a capture. The post-run checks use a fake env-mode payload
+that writes a given capture."""
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from conftest import ROOT, run
 
+import proton_launch
+import recipe as rc
+
 PROFILE = ROOT / "profile.sh"
+LAUNCH = ROOT / "proton_launch.py"
 FIXTURES = Path(__file__).parent / "fixtures"
 PY = sys.executable
 CLEAN = {"HIP_VISIBLE_DEVICES": None, "ROCR_VISIBLE_DEVICES": None, "CUDA_VISIBLE_DEVICES": None}
@@ -47,6 +54,117 @@ def test_shipped_recipe_is_the_aorta_recipe():
     assert data["env_passthrough_mode"] == "inherit"
     proton = {"mode": "cli", "backend": "auto", "context": "python", "data": "tree"}
     assert data["collect"] == {"proton": proton}
+
+
+# recipe.py: aorta's rules, in this process.
+
+
+def options(**proton):
+    return rc.options({"collect": {"proton": proton}})
+
+
+def test_defaults_and_overrides_are_aorta_s():
+    assert options() == {"mode": "cli", "backend": "auto", "context": "shadow", "data": "tree"}
+    assert options(context=" Python ")["context"] == "python"  # stripped and lower-cased
+    assert rc.options({"collect": {"proton": {}}}, "trace", "cupti")["data"] == "trace"
+
+
+@pytest.mark.parametrize(
+    "proton, mode",
+    [
+        ({"backend": "instrumentation"}, None),
+        ({"backend": "instrumentation", "instrumentation_mode": "default"}, "default"),
+        ({"backend": "instrumentation", "granularity": "warp"}, "default:granularity=warp"),
+        (
+            {"backend": "instrumentation", "instrumentation_mode": "mma", "granularity": "cta"},
+            "mma:granularity=cta",
+        ),  # fmt: skip
+        ({"backend": "cupti", "backend_mode": "pcsampling"}, "pcsampling"),
+    ],
+)
+def test_proton_mode_is_rendered_as_aorta_renders_it(proton, mode):
+    assert options(**proton).get("proton_mode") == mode
+
+
+@pytest.mark.parametrize(
+    "proton, message",
+    [
+        ({"colour": "red"}, "unknown key collect.proton.colour"),
+        ({"context": 3}, "collect.proton.context must be a string, got 3"),
+        ({"data": True}, "collect.proton.data must be a string, got True"),
+        ({"data": [1, 2]}, "collect.proton.data must be a string, got a list"),
+        ({"mode": "daemon"}, "collect.proton.mode: 'daemon' is not one of cli, env"),
+        ({"backend": "nsys"}, "collect.proton.backend: 'nsys' is not one of auto"),
+        ({"context": "full"}, "collect.proton.context: 'full' is not one of shadow, python"),
+        ({"data": "csv"}, "collect.proton.data: 'csv' is not one of tree, trace"),
+        ({"hook": "torch"}, "collect.proton.hook: 'torch' is not one of triton"),
+        ({"backend": "roctracer"}, "backend roctracer in cli mode captures an empty tree"),
+        ({"granularity": "warp"}, "collect.proton.granularity need backend instrumentation"),
+        ({"backend": "instrumentation", "instrumentation_mode": "fast"}, "'fast' is not one of"),
+        (
+            {"backend": "instrumentation", "backend_mode": "pcsampling", "granularity": "warp"},
+            "backend_mode conflicts with granularity",
+        ),  # fmt: skip
+        ({"backend_mode": "pcsampling"}, "backend_mode needs a pinned backend"),
+        (
+            {"mode": "env", "backend": "roctracer", "backend_mode": "pcsampling"},
+            "'pcsampling' is not one of periodic_flushing for backend roctracer",
+        ),  # fmt: skip
+        ({"mode": "x" * 10**6}, "collect.proton.mode: 'xxxxxxxx"),
+    ],
+)
+def test_refused_recipes(proton, message):
+    with pytest.raises(rc.Refused, match=None) as refused:
+        options(**proton)
+    assert message in str(refused.value) and len(str(refused.value)) < 300
+
+
+@pytest.mark.parametrize("backend", ["auto", "rocprofiler", "roctracer"])
+def test_rocprof_next_to_proton_is_refused(backend):
+    data = {"collect": {"proton": {"mode": "env", "backend": backend}, "rocprof": {}}}
+    with pytest.raises(rc.Refused, match="both intercept HSA queues"):
+        rc.options(data)
+    data["collect"]["proton"]["backend"] = "instrumentation"
+    assert rc.options(data)["backend"] == "instrumentation"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (None, "no such file or directory"),
+        ("collect: [unclosed", "not valid YAML"),
+        ("- a list", "no collect.proton mapping"),
+        ("collect:\n  rocprof: {}\n", "no collect.proton mapping"),
+        (b"collect: {proton: {mode: \xff}}", "not UTF-8 text"),
+        # An alias bomb: nine levels of nine, refused in one short line, at once.
+        (
+            "a: &a [x,x,x,x,x,x,x,x,x]\n"
+            + "".join(
+                f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n"
+                for p, c in zip("abcdefgh", "bcdefghi", strict=False)
+            )
+            + "collect: {proton: {mode: *i}}\n",
+            "collect.proton.mode must be a string, got a list",
+        ),  # fmt: skip
+    ],
+)
+def test_unreadable_recipes_are_one_line(tmp_path, capsys, text, message):
+    path = tmp_path / "r.yaml"
+    if text is not None:
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert rc.main([str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and message in err and len(err) < 400
+
+
+def test_recipe_is_read_without_importing_from_the_current_folder(tmp_path):
+    # profile.sh reads the recipe in isolated mode: a yaml.py here is not imported.
+    (tmp_path / "yaml.py").write_text("raise SystemExit('the yaml.py here ran')\n")
+    p = profile("--recipe", ROOT / "recipe.yaml", "--dry-run", cwd=tmp_path)
+    assert p.returncode == 0 and "ran" not in p.stderr, p.stderr
+
+
+# profile.sh: the command it builds.
 
 
 def test_dry_run_of_the_shipped_recipe(tmp_path):
@@ -93,6 +211,39 @@ def test_dry_run_keeps_spaces_and_can_be_pasted(tmp_path):
     ]  # fmt: skip
 
 
+def test_instrumentation_goes_through_the_launcher_with_its_mode(tmp_path):
+    r = recipe(tmp_path, backend="instrumentation", instrumentation_mode="default",
+               granularity="warp")  # fmt: skip
+    (line,) = dry_run("--recipe", r, "--output", tmp_path, "--", PY, "softmax.py")
+    assert shlex.split(line) == [
+        PY, str(LAUNCH), "-n", f"{tmp_path}/proton", "-b", "instrumentation", "--context",
+        "python", "--data", "tree", "--mode", "default:granularity=warp", "softmax.py",
+    ]  # fmt: skip
+    (line,) = dry_run("--backend", "instrumentation", "--output", tmp_path)  # make intra
+    assert f"{LAUNCH} -n {tmp_path}/proton -b instrumentation" in line
+    env = dry_run("--recipe", recipe(tmp_path, mode="env", backend="instrumentation",
+                                     granularity="warp"))  # fmt: skip
+    assert "export AORTA_PROTON_MODE=default:granularity=warp" in env
+
+
+def test_dry_run_of_a_two_host_torchrun_job(tmp_path):
+    # What a cluster user runs on each host: every rank writes its own capture.
+    job = ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", "host0:29500", "softmax.py", "--rows", "8192"]  # fmt: skip
+    lines = dry_run("--output", tmp_path / "shared", "--", *job)
+    launch = [str(LAUNCH), "-n", f"{tmp_path}/shared/proton", "--context", "python", "--data",
+              "tree", "softmax.py", "--rows", "8192"]  # fmt: skip
+    assert shlex.split(lines[0]) == [*job[:9], *launch]
+    assert shlex.split(lines[1].removeprefix("# each rank runs: ")) == launch
+    assert lines[2] == (f"# and writes {tmp_path}/shared/proton.rank<RANK>.hatchet "
+                        "(RANK, else SLURM_PROCID)")  # fmt: skip
+    srun = dry_run("--output", tmp_path, "--", "srun", "-N", "2", "torchrun", "softmax.py")
+    assert shlex.split(srun[0])[:4] == ["srun", "-N", "2", "torchrun"]
+    env = dry_run("--recipe", recipe(tmp_path, mode="env"), "--", *job)  # each rank's name
+    assert shlex.split(env[-3])[9:13] == [str(LAUNCH), "-n", f"{ROOT}/profiling_results/proton",
+                                          "--env"]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "env, expected",
     [
@@ -127,70 +278,49 @@ def test_an_amd_backend_alone_establishes_amd(tmp_path):
     r = recipe(tmp_path, mode="env", backend="rocprofiler")
     lines = dry_run("--recipe", r, env={"CUDA_VISIBLE_DEVICES": "1"})
     assert lines[:2] == ["unset CUDA_VISIBLE_DEVICES", "export ROCR_VISIBLE_DEVICES=1"]
+    # The instrumentation backend intercepts no queue: aorta leaves its variables alone.
+    r = recipe(tmp_path, backend="instrumentation")
+    assert not dry_run("--recipe", r, env={"HIP_VISIBLE_DEVICES": "1"})[0].startswith("unset")
 
 
 @pytest.mark.parametrize(
-    "proton, message",
+    "args, message",
     [
-        ({"colour": "red"}, "unknown key collect.proton.colour"),
-        ({"context": 3}, "collect.proton.context must be a string, got 3"),
-        ({"data": True}, "collect.proton.data must be a string"),
-        ({"mode": "daemon"}, "collect.proton.mode: 'daemon' is not one of cli, env"),
-        ({"backend": "nsys"}, "collect.proton.backend: 'nsys' is not one of auto"),
-        ({"context": "full"}, "collect.proton.context: 'full' is not one of shadow, python"),
-        ({"data": "csv"}, "collect.proton.data: 'csv' is not one of tree, trace"),
-        ({"hook": "torch"}, "collect.proton.hook: 'torch' is not one of triton"),
-        ({"backend": "roctracer"}, "backend roctracer in cli mode captures an empty tree"),
-        ({"granularity": "warp"}, "collect.proton.granularity is read by aorta only"),
+        (["--output"], "--output needs a directory"),
+        (["--output", ""], "--output needs a directory, not an empty name"),
+        (["--output", "README.md"], "--output README.md: not a directory"),
+        (["--frobnicate"], "unknown argument: --frobnicate"),
+        (["--data", "csv"], "--data: 'csv' is not one of tree, trace"),
+        (["--backend", "gdb"], "--backend: 'gdb' is not one of auto"),
+        (["--", "bash", "-c", "true"], "the command must run a .py script"),
+        (["--", "softmax.py"], "must start with the script's interpreter or launcher"),
+        (["--", "/no/python3", "softmax.py"], "no interpreter /no/python3"),
+        (["--recipe", "/no/such.yaml"], "no such file or directory"),
     ],
 )
-def test_refused_recipes(tmp_path, proton, message):
-    p = profile("--recipe", recipe(tmp_path, **proton), "--dry-run")
-    assert p.returncode == 2
-    assert p.stdout == "" and p.stderr.count("\n") == 1
-    assert message in p.stderr
+def test_usage_errors_are_one_line(args, message):
+    p = profile("--dry-run", *args)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and message in p.stderr, p.stderr
 
 
-@pytest.mark.parametrize("backend", ["auto", "rocprofiler", "roctracer"])
-def test_rocprof_next_to_proton_is_refused(tmp_path, backend):
-    path = recipe(tmp_path, mode="env", backend=backend)
-    data = yaml.safe_load(path.read_text())
-    data["collect"]["rocprof"] = {}
-    path.write_text(yaml.safe_dump(data))
-    p = profile("--recipe", path, "--dry-run")
-    assert p.returncode == 2 and "both intercept HSA queues" in p.stderr
-    data["collect"]["proton"]["backend"] = "instrumentation"
-    path.write_text(yaml.safe_dump(data))
-    assert profile("--recipe", path, "--dry-run").returncode == 0
+def test_a_python_without_pyyaml_is_a_usage_error(tmp_path):
+    bare = tmp_path / "python3"  # an interpreter that cannot import yaml
+    bare.write_text(f'#!/bin/sh\n[ "$1" = -I ] && shift\nexec "{PY}" -c "import runpy, sys; '
+                    "sys.modules['yaml'] = None; sys.argv = sys.argv[1:]; "
+                    "runpy.run_path(sys.argv[0], run_name='__main__')\" \"$@\"\n")  # fmt: skip
+    bare.chmod(0o755)
+    p = profile("--dry-run", "--", bare, "softmax.py")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "has no PyYAML" in p.stderr
 
 
-@pytest.mark.parametrize(
-    "text, message",
-    [
-        (None, "no such file or directory"),
-        ("collect: [unclosed", "not valid YAML"),
-        ("- a list", "no collect.proton mapping"),
-        ("collect:\n  rocprof: {}\n", "no collect.proton mapping"),
-    ],
-)
-def test_missing_or_malformed_recipe(tmp_path, text, message):
-    path = tmp_path / "r.yaml"
-    if text is not None:
-        path.write_text(text)
-    p = profile("--recipe", path, "--dry-run")
-    assert p.returncode == 2 and message in p.stderr and p.stderr.count("\n") == 1
-
-
-def test_usage_errors():
-    assert profile("--output").returncode == 2
-    p = profile("--frobnicate")
-    assert p.returncode == 2 and "unknown argument: --frobnicate" in p.stderr
-    p = profile("--recipe", ROOT / "recipe.yaml", "--", "bash", "-c", "true", "--dry-run")
-    assert p.returncode == 2 and "needs a command that starts with its Python" in p.stderr
+def test_cdpath_does_not_change_where_profile_sh_looks(tmp_path):
+    p = profile("--dry-run", env={"CDPATH": str(tmp_path)})
+    assert p.returncode == 0 and p.stdout.count("\n") == 1
 
 
 def test_no_gpu_is_refused_at_once(tmp_path):
-    p = profile("--output", tmp_path, "--", PY, "-c", "raise SystemExit('ran')")
+    p = profile("--output", tmp_path, "--", PY, "-c", "raise SystemExit('ran')", "x.py")
     assert p.returncode == 2
     assert "no GPU visible: Proton needs one" in p.stderr and "ran" not in p.stderr
 
@@ -203,20 +333,22 @@ if sys.argv[1] == "fail":
     raise SystemExit(7)
 if sys.argv[1] != "none":
     ext = ".chrome_trace" if os.environ["AORTA_PROTON_DATA"] == "trace" else ".hatchet"
-    shutil.copy(sys.argv[1], os.environ["AORTA_PROTON_NAME"] + ext)
+    for capture in sys.argv[1:]:
+        rank = os.path.basename(capture).partition(".rank")[2].partition(".")[0]
+        name = os.environ["AORTA_PROTON_NAME"] + (f".rank{rank}" if rank else "")
+        shutil.copy(capture, name + ext)
 """
 
 
-def fake_run(tmp_path, tree, *options):
+def fake_run(tmp_path, *captures, options=()):
     payload = tmp_path / "payload.py"
     payload.write_text(FAKE)
     out = tmp_path / "out"
     r = recipe(tmp_path, mode="env")
-    args = ["--recipe", r, "--output", out, *options, "--", PY, payload, tree]
+    args = ["--recipe", r, "--output", out, *options, "--", PY, payload, *captures]
     return profile(*args, env={"PROFILE_ASSUME_GPU": "1"}), out
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="fixtures missing")
 def test_good_capture_writes_summary(tmp_path):
     p, out = fake_run(tmp_path, FIXTURES / "amd-gfx950-vecadd-shadow.hatchet")
     assert p.returncode == 0, p.stderr
@@ -230,13 +362,29 @@ def test_good_capture_writes_summary(tmp_path):
 def test_data_trace_without_editing_the_recipe(tmp_path):
     line = dry_run("--data", "trace", "--output", tmp_path)[0]
     assert "--context python --data trace softmax.py" in line
-    p = profile("--data", "csv", "--dry-run")
-    assert p.returncode == 2 and "--data: 'csv' is not one of tree, trace" in p.stderr
-    p, out = fake_run(tmp_path, FIXTURES / "h200-softmax-python.chrome_trace", "--data", "trace")
+    p, out = fake_run(tmp_path, FIXTURES / "h200-softmax-python.chrome_trace",
+                      options=["--data", "trace"])  # fmt: skip
     assert p.returncode == 0, p.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["proton_timeline"][0]["launches"] == 20
     assert "the host's launch cost bounds it" in p.stdout
+
+
+def test_only_this_run_s_captures_are_summarised(tmp_path):
+    # An earlier run of more ranks, and a tree beside a trace run: neither is counted.
+    out = tmp_path / "out"
+    out.mkdir()
+    for stale in ("proton.rank7.chrome_trace", "proton.chrome_trace"):
+        (out / stale).write_text('{"traceEvents": []}')
+    tree = FIXTURES / "amd-gfx950-vecadd-shadow.hatchet"
+    (out / "proton.hatchet").write_bytes(tree.read_bytes())
+    p, _ = fake_run(tmp_path, FIXTURES / "h200-softmax-python.chrome_trace",
+                    options=["--data", "trace"])  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert not (out / "proton.rank7.chrome_trace").exists()
+    assert (out / "proton.hatchet").exists()  # another kind: left alone, and not summarised
+    summary = json.loads((out / "summary.json").read_text())
+    assert "add_kernel" not in summary["proton_top_kernels"]
 
 
 def test_root_only_tree_is_an_error(tmp_path):
@@ -251,9 +399,11 @@ def test_root_only_tree_is_an_error(tmp_path):
 def test_missing_capture_is_an_error(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "proton.hatchet").write_text("[]")  # an earlier run's file
+    (tmp_path / "out" / "summary.json").write_text("{}")  # and its summary
     p, out = fake_run(tmp_path, "none")
     assert p.returncode == 1
     assert "the run wrote no profile" in p.stderr and "sys.exit" in p.stderr
+    assert not (out / "summary.json").exists()
 
 
 def test_failing_payload_passes_its_exit_code_on(tmp_path):
@@ -261,6 +411,75 @@ def test_failing_payload_passes_its_exit_code_on(tmp_path):
     assert p.returncode == 7
     assert "the command exited 7" in p.stderr
     assert not (out / "summary.json").exists()
+
+
+def test_summary_has_the_umask_s_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        p, out = fake_run(tmp_path, FIXTURES / "amd-gfx950-vecadd-shadow.hatchet")
+    finally:
+        os.umask(old)
+    assert p.returncode == 0 and (out / "summary.json").stat().st_mode & 0o777 == 0o644
+
+
+# proton_launch.py: what it does besides starting Proton, in this process.
+
+
+@pytest.mark.parametrize(
+    "env, name",
+    [
+        ({}, "out/proton"),
+        ({"RANK": "3"}, "out/proton.rank3"),
+        ({"SLURM_PROCID": "12"}, "out/proton.rank12"),
+        ({"RANK": "1", "SLURM_PROCID": "12"}, "out/proton.rank1"),  # torchrun's global rank
+    ],
+)
+def test_each_rank_names_its_capture(env, name):
+    assert proton_launch.rank_name("out/proton", env) == name
+
+
+def test_a_bad_rank_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        proton_launch.rank_name("out/proton", {"RANK": "-1"})
+    assert exit_.value.code == 2 and "RANK must be a whole number" in capsys.readouterr().err
+
+
+def test_env_mode_exports_the_rank_s_name_and_runs_the_script(tmp_path):
+    script = tmp_path / "show.py"
+    script.write_text("import os, sys\nprint(os.environ['AORTA_PROTON_NAME'], sys.argv[1:])\n"
+                      "raise SystemExit(3)\n")  # fmt: skip
+    p = run(PY, LAUNCH, "--env", "-n", tmp_path / "proton", script, "a", "--b",
+            env={"RANK": "2"})  # fmt: skip
+    assert p.returncode == 3 and p.stdout == f"{tmp_path}/proton.rank2 ['a', '--b']\n"
+
+
+@pytest.mark.parametrize(
+    "arch, refused", [("gfx942:sramecc+:xnack-", False), ("gfx950", False), ("gfx90a", True)]
+)
+def test_instrumentation_refuses_an_amd_arch_it_cannot_compile_for(monkeypatch, capsys, arch,
+                                                                   refused):  # fmt: skip
+    from triton.runtime import driver
+
+    target = SimpleNamespace(backend="hip", arch=arch)
+    monkeypatch.setattr(driver, "_active", SimpleNamespace(get_current_target=lambda: target),
+                        raising=False)  # fmt: skip
+    monkeypatch.setattr(type(driver), "active", property(lambda self: self._active))
+    if refused:
+        with pytest.raises(SystemExit) as exit_:
+            proton_launch.check_instrumentable()
+        assert exit_.value.code == 2
+        assert "compiles for gfx942 and gfx950 only, not gfx90a" in capsys.readouterr().err
+    else:
+        proton_launch.check_instrumentable()
+
+
+def test_typed_modes_from_aorta_s_strings():
+    mode = proton_launch.typed_mode("default:granularity=warp:sampling_strategy=selective:"
+                                    "sampling_options=0")  # fmt: skip
+    assert type(mode).__name__ == "Default" and mode.sampling_options == "0"
+    assert proton_launch.typed_mode("pcsampling") == "pcsampling"  # other backends: as given
+    with pytest.raises(SystemExit):
+        proton_launch.typed_mode("default:granularity")
 
 
 # On the GPU, end to end through make.
@@ -281,6 +500,8 @@ def _check_capture(p, out, hook):
     sites = summary["proton_callsites"]
     ours = [s for s in sites if any(k["name"].startswith("softmax_kernel") for k in s["kernels"])]
     assert sorted(k["launches"] for s in ours for k in s["kernels"]) == [1, 20]
+    # The launch site is a line of softmax(), not a launcher's.
+    assert all(s["callsite"].endswith(" softmax") for s in ours)
     torch_site = [
         s for s in sites if any("softmax_warp_forward" in k["name"] for k in s["kernels"])
     ]
@@ -289,16 +510,37 @@ def _check_capture(p, out, hook):
 
 @pytest.mark.gpu
 def test_gpu_make_profile(tmp_path):
-    out = tmp_path / "results"
-    p = run("make", "-s", "profile", f"OUT={out}")
-    _check_capture(p, out, hook=False)
+    p = run("make", "-s", "profile", f"OUT={tmp_path}")
+    _check_capture(p, tmp_path / "profile", hook=False)
 
 
 @pytest.mark.gpu
 def test_gpu_make_profile_with_the_triton_hook(tmp_path):
-    out = tmp_path / "results"
-    p = run("make", "-s", "profile", f"OUT={out}", f"RECIPE={recipe(tmp_path, hook='triton')}")
-    _check_capture(p, out, hook=True)
+    r = recipe(tmp_path, hook="triton")
+    p = run("make", "-s", "profile", f"OUT={tmp_path}", f"RECIPE={r}")
+    _check_capture(p, tmp_path / "profile", hook=True)
+
+
+@pytest.mark.gpu
+def test_gpu_make_profile_of_two_ranks(tmp_path):
+    p = run("make", "-s", "profile", f"OUT={tmp_path}", "NPROC=2", "ITERS=3")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("PASS") == 2 and "softmax[rank 1]: PASS" in p.stdout
+    summary = json.loads((tmp_path / "profile" / "summary.json").read_text())
+    assert [r["rank"] for r in summary["proton_ranks"]] == [0, 1]
+    assert [r["files"] for r in summary["proton_ranks"]] == [
+        [str(tmp_path / "profile" / f"proton.rank{r}.hatchet")] for r in (0, 1)
+    ]
+
+
+@pytest.mark.gpu
+def test_gpu_make_intra(tmp_path):
+    p = run("make", "-s", "intra", f"OUT={tmp_path}", "ITERS=2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    summary = json.loads((tmp_path / "intra" / "summary.json").read_text())
+    scopes = {s["scope"]: s for s in summary["proton_scopes"]}
+    assert set(scopes) == {"load", "max", "exp_sum", "store"}
+    assert sum(s["share"] for s in scopes.values()) == pytest.approx(1.0)
 
 
 @pytest.mark.gpu
