@@ -1,304 +1,828 @@
-"""Summarise Proton captures as JSON: aorta's five keys, then per kernel, per call site
-and, from traces, how busy the GPU was along each call site's launches.
+"""Summarise Proton captures as JSON: aorta's five keys, then per kernel, per call site,
+per rank and, from traces, how busy the GPU was along each call site's launches; from
+the instrumentation backend, the cycles of each scope inside a kernel.
 
-    python parse_hatchet.py PATH [-o FILE] [--table] [--folded FILE] [--top N] [--diff BASE]
+    python parse_hatchet.py PATH [PATH ...] [-o FILE] [--table] [--folded FILE] [--top N]
+                            [--diff BASE]
 
-PATH is a .hatchet tree or .chrome_trace file, or a directory searched recursively for
-both (per-rank files of one run add up). The five proton_* keys follow ROCm aorta's
-Proton collector to the letter, from the trees, so a capture made here and one made by
-`aorta sweep run` report the same numbers; one rule is ours: a node named ROOT is never
-a kernel. Where PATH holds only traces, the five keys count their kernel events.
+Each PATH is a .hatchet tree or a .chrome_trace file (either may be gzipped, .gz), or a
+directory searched for them; the files found are one capture, or one per rank of a run
+(proton.rank<R>.hatchet), and add up; stderr names them when there are several. The five
+proton_* keys follow ROCm aorta's Proton collector to the letter, from the trees, so a
+capture made here and one made by `aorta sweep run` report the same numbers; one rule
+is ours: a node named ROOT is never a kernel. From traces alone, the five keys count
+their kernel events.
 
-Exit status: 0 at least one timed kernel found; 1 none found (the JSON still names
-proton_artifact_dir, stderr says why); 2 usage errors or a PATH that does not exist.
+-o and --folded replace a regular file atomically, write through a symbolic link to its
+target, and write anything else (a device, a pipe) directly; never over an input.
+
+Exit status: 0 a timed kernel or a kernel's scopes found; 1 none found (the JSON still
+names proton_artifact_dir, stderr says why); 2 usage, an input or output refused, or an
+output that could not be written.
 """
 
 import argparse
-import bisect
+import contextlib
 import functools
 import gc
+import gzip
+import io
+import itertools
 import json
 import math
 import os
 import re
+import stat
 import sys
 import tempfile
+import threading
 from pathlib import Path
+
+try:
+    import msgspec  # optional: the standard library's json reads and writes the same
+except ImportError:
+    msgspec = None
 
 TOP_N = 5  # aorta's length of proton_top_kernels
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-EXACT = 2**53  # whole numbers below it convert to float exactly
-# Frames that are not the user's own: runpy and other <frozen ...> code, the standard
-# library, anything installed (Triton, Proton, torch), and source builds of the two.
-LIBRARY = re.compile(r"^<|/(site|dist)-packages/|/lib/python\d|/python/triton/|/torch/")
+SUFFIXES = (".hatchet", ".chrome_trace")
+MAX_GUNZIPPED = 2**32  # a gzipped capture may not unpack past 4 GiB
+MAX_SOURCE_BYTES = 2**22  # source lines come from .py files of up to 4 MiB
+DEEP_NESTING = 10**6  # frames of the pure-Python decoder, for trees too deep for the C one
+LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host's launch cost
 
 
-def time_ms(metrics, times):
-    """The first usable `time (<unit>)` metric in ms, as aorta reads it, else None;
-    times: the metric's time names with their factors, layout(tuple(metrics))[0]."""
-    for key, factor in times:
+class Refused(Exception):
+    """An input or output this tool will not use; the message is one line."""
+
+
+def number(value):
+    """A finite number >= 0 as a float, read as aorta reads a metric (numeric strings
+    through float()); None for anything else: JSON has no NaN or Infinity, and an
+    integer past a float's range does not convert."""
+    kind_ = type(value)
+    if kind_ is not float:
+        if kind_ is not int and kind_ is not str:
+            return None
         try:
-            ms = float(metrics[key]) * factor
-        except (TypeError, ValueError, OverflowError):
-            continue
-        if math.isfinite(ms) and ms >= 0:
-            return ms
-    return None
+            value = float(value)
+        except (ValueError, OverflowError):
+            return None
+    return value if 0 <= value < math.inf else None
+
+
+def whole(value):
+    """A whole number >= 0 that a float holds exactly, else None."""
+    return value if type(value) is int and 0 <= value < 2**53 else None
+
+
+def printable(text):
+    """text with control characters, and lone surrogates, written as escapes: a name in a
+    capture must not move a terminal's cursor or forge a line of output."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+# --- Reading captures -------------------------------------------------------------------
+
+
+def find_captures(paths):
+    """The capture files named or found under the given paths, each once, in sorted order.
+    A file named directly must be a regular file; one found in a directory that is not
+    (a pipe, a device) is skipped with a warning, as is a second link to one file."""
+    found = {}
+    for given in paths:
+        if not given:
+            raise Refused("an empty path names nothing")
+        path = Path(given)
+        if path.is_dir():
+            for folder, dirs, files in os.walk(path):
+                dirs.sort()
+                for file in files:
+                    if file.endswith(SUFFIXES) or file.endswith(tuple(s + ".gz" for s in SUFFIXES)):
+                        add_capture(found, Path(folder, file), named=False)
+        elif path.exists():
+            add_capture(found, path, named=True)
+        else:
+            raise Refused(f"no such file or directory: {printable(given[:200])}")
+    return sorted(found.values())
+
+
+def add_capture(found, path, named):
+    try:
+        info = path.stat()
+    except OSError as e:
+        warn(f"skipped {path}: {e.strerror}")
+        return
+    if not stat.S_ISREG(info.st_mode):
+        if named:
+            raise Refused(f"{printable(str(path)[:200])}: not a regular file")
+        warn(f"skipped {path}: not a regular file")
+        return
+    same = found.setdefault((info.st_dev, info.st_ino), path)
+    if same != path:
+        warn(f"skipped {path}: the same file as {same}")
+
+
+def kind(path):
+    return "trace" if path.name.removesuffix(".gz").endswith(".chrome_trace") else "tree"
+
+
+def load(path):
+    """The decoded JSON of one capture; raises ValueError with a one-line reason."""
+    try:
+        # O_NONBLOCK: a file swapped for a pipe since it was found must not block.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ValueError("not a regular file")
+            data = f.read()
+        if path.name.endswith(".gz"):
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as z:
+                data = z.read(MAX_GUNZIPPED + 1)
+            if len(data) > MAX_GUNZIPPED:
+                raise ValueError(f"unpacks past {MAX_GUNZIPPED >> 30} GiB")
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise ValueError(getattr(e, "strerror", None) or str(e) or type(e).__name__) from None
+    if msgspec:  # about a third faster than json, for what Proton writes
+        try:
+            return msgspec.json.decode(data)
+        except RecursionError:
+            return deep_loads(data.decode("utf-8", errors="replace"))
+        except msgspec.DecodeError:
+            pass  # json's rules and messages decide: NaN, lone surrogates, 1e400 ...
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except RecursionError:
+        return deep_loads(data.decode("utf-8"))
+    except ValueError as e:  # JSONDecodeError, and integers of more digits than Python reads
+        raise ValueError(f"not valid JSON: {' '.join(str(e).split())[:200]}") from None
+
+
+@contextlib.contextmanager
+def acyclic():
+    """For decoding a capture: JSON makes containers that cannot form cycles, up to
+    millions of them, and the cyclic collector would walk the growing capture again
+    and again for nothing (most of the decoding's time). It is paused while the capture
+    is decoded, and the capture then frozen out of its sight: it goes on collecting
+    everything else."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
+def deep_loads(text):
+    """json.loads for trees nested deeper than the C decoder recurses (Proton's python
+    context nests two levels a frame): the standard library's pure-Python decoder, in a
+    thread with a stack large enough for it."""
+    decoder = json.JSONDecoder()
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)
+    result = []
+
+    def decode():
+        try:
+            result.append(decoder.decode(text))
+        except RecursionError:
+            result.append(ValueError(f"nested deeper than {DEEP_NESTING // 4} frames"))
+        except ValueError as e:
+            result.append(ValueError(f"not valid JSON: {' '.join(str(e).split())[:200]}"))
+
+    limit, size = sys.getrecursionlimit(), threading.stack_size()
+    sys.setrecursionlimit(DEEP_NESTING)
+    threading.stack_size(2**30)  # reserved, not used, until the recursion goes that deep
+    try:
+        thread = threading.Thread(target=decode)
+        thread.start()
+        thread.join()
+    finally:
+        sys.setrecursionlimit(limit)
+        threading.stack_size(size)
+    if isinstance(result[0], ValueError):
+        raise result[0]
+    return result[0]
+
+
+def warn(message):
+    print(f"parse_hatchet: warning: {printable(message)}", file=sys.stderr)
+
+
+# --- Frames and call sites --------------------------------------------------------------
+
+
+def _package_roots():
+    """Where this machine's Triton (Proton with it) and torch are installed, wherever
+    that is (a source build of Triton, say): found, not imported."""
+    import importlib.util
+
+    roots = []
+    for package in ("triton", "torch"):
+        spec = importlib.util.find_spec(package)
+        roots += spec.submodule_search_locations or [] if spec else []
+    return tuple(f"{root.rstrip('/')}/" for root in roots)
+
+
+# Frames that are not the user's own, by install root: Python's standard library and
+# frozen modules (lib/python3.X, but not its site-packages), and Triton's (Proton's) and
+# torch's packages, as installed on any machine and on this one. Everything else is the
+# user's, a package of theirs installed beside torch included.
+LIBRARY = re.compile(
+    r"^<|/lib/python3\.\d+/(?!(site|dist)-packages/)|/(site|dist)-packages/(triton|torch)/"
+)
+PACKAGE_ROOTS = _package_roots()
+
+
+@functools.cache
+def frame_of(name):
+    """A python-context node's name, "file:line@function", as (file, line, function) when
+    the frame is the user's own; False for another python frame; None for a node that is
+    no python frame (a kernel, ROOT, a scope)."""
+    head, at, func = name.rpartition("@")
+    file, colon, line = head.rpartition(":")
+    if not (at and colon and line.isdecimal()):
+        return None
+    if (
+        LIBRARY.search(file)
+        or file.startswith(PACKAGE_ROOTS)
+        or func.startswith("__proton")  # GPU work of Proton's launch-metadata hook
+        or file.rpartition("/")[2] == "proton_launch.py"  # this repository's Proton launcher
+    ):
+        return False
+    return file, int(line), func
+
+
+class Chains:
+    """Chains of the user's frames, outermost first, each stored once and known by an int
+    (0: the empty chain). A frame repeated by recursion extends its chain's last link's
+    count instead of the chain, so that a recursion n deep costs one link, not n."""
+
+    def __init__(self):
+        self.links = [None]  # id -> (parent id, file, line, function, repeats)
+        self.ids = {}
+        self.steps = {}  # (chain id, frame name) -> chain id, for names met again
+        self.texts = {0: ""}
+        self.names = {}  # file -> the name shown for it, once every chain is known
+
+    def step(self, chain, name):
+        """The chain with the frame named name added (the same chain for a node that is
+        not a user frame), and whether name is a python frame."""
+        key = (chain, name)
+        found = self.steps.get(key)
+        if found is None:
+            frame = frame_of(name)
+            found = (chain if not frame else self._add(chain, *frame)), frame is not None
+            self.steps[key] = found
+        return found
+
+    def _add(self, chain, file, line, func):
+        last = self.links[chain]
+        if last is not None and last[1:4] == (file, line, func):
+            key = (last[0], file, line, func, last[4] + 1)
+        else:
+            key = (chain, file, line, func, 1)
+        chain = self.ids.get(key)
+        if chain is None:
+            chain = self.ids[key] = len(self.links)
+            self.links.append(key)
+        return chain
+
+    def frames(self, chain):
+        """(file, line, function, repeats) of each link, outermost first."""
+        out = []
+        while chain:
+            parent, *frame = self.links[chain]
+            out.append(tuple(frame))
+            chain = parent
+        return out[::-1]
+
+    def frame_text(self, file, line, func, repeats):
+        return f"{self.names.get(file, file)}:{line} {func}" + (
+            f" (x{repeats})" if repeats > 1 else ""
+        )
+
+    def text(self, chain):
+        """The chain as "file:line function > ...", each built once on its parent's."""
+        pending = []
+        while chain not in self.texts:
+            pending.append(chain)
+            chain = self.links[chain][0]
+        text = self.texts[chain]
+        for chain in reversed(pending):
+            part = self.frame_text(*self.links[chain][1:])
+            text = self.texts[chain] = f"{text} > {part}" if text else part
+        return text
+
+
+def short_names(files):
+    """Each file's shortest trailing part of its path that no other file shares."""
+    names = {}
+    for file in files:
+        parts = file.split("/")
+        names[file] = parts
+    out, depth = {}, 1
+    pending = set(files)
+    while pending:
+        by_tail = {}
+        for file in pending:
+            by_tail.setdefault("/".join(names[file][-depth:]), []).append(file)
+        pending = set()
+        for tail, same in by_tail.items():
+            if len(same) == 1 or all(len(names[f]) <= depth for f in same):
+                out.update((f, tail) for f in same)
+            else:
+                pending.update(same)
+        depth += 1
+    return out
+
+
+# --- Trees --------------------------------------------------------------------------------
 
 
 @functools.cache
 def layout(keys):
     """For a leaf's metric names, in order: the time metrics aorta would read, each with
     its factor to ms; and the names holding bytes and flops. Cached: every leaf of a
-    capture has the same few names, and a tree has tens of thousands of leaves."""
-    times = []
+    capture has the same few names."""
+    times, rates = [], []
     for key in keys:
         head, _, tail = key.partition("(")
         factor = TIME_UNIT_MS.get(tail.rstrip(")").strip().lower())
         if head.strip().lower() == "time" and factor is not None:
             times.append((key, factor))
-    rates = [(key, "bytes" if key == "bytes" else "flops") for key in keys
-             if key == "bytes" or key.startswith("flops")]  # fmt: skip
+        if key == "bytes" or key.startswith("flops"):
+            rates.append((key, 2 if key == "bytes" else 3))
     return times, rates
 
 
-def launches(metrics):
-    """A leaf's `count` as aorta reads it, or None when missing or unreadable."""
-    try:
-        count = float(metrics["count"])
-    except (KeyError, TypeError, ValueError, OverflowError):
-        return None
-    return int(count) if math.isfinite(count) and count >= 0 else None
+class Totals:
+    """What the captures add up to: per kernel, in the order first seen; per call site
+    (chain) and kernel; per scope; and how many leaves had a time but none usable."""
+
+    def __init__(self):
+        self.kernels = {}  # name -> [ms, launches or None, bytes, flops]
+        self.sites = {}  # (chain id, kernel name) -> [ms, launches or None]
+        self.scopes = {}  # (kernel, scope) -> [cycles, normalized cycles]
+        self.python = False
+        self.unusable = 0
+
+    def add_leaf(self, name, chain, metrics):
+        """A leaf of a tree: a kernel's launches when it has a usable time, as aorta reads
+        it (the first usable `time (<unit>)` metric, in ms; `count` for launches)."""
+        times, rates = layout(tuple(metrics))
+        for key, factor in times:
+            ms = number(metrics[key])
+            if ms is not None and ms * factor < math.inf:
+                break
+        else:
+            self.unusable += bool(times)
+            return
+        count = number(metrics.get("count"))
+        k = self.add(name, chain, ms * factor, int(count) if count is not None else None)
+        for key, index in rates:
+            k[index] += number(metrics[key]) or 0.0
+
+    def add(self, name, chain, ms, count):
+        """ms and count launches of kernel name under chain; returns the kernel's sums."""
+        k = self.kernels.get(name)
+        if k is None:
+            k = self.kernels[name] = [ms, count, 0.0, 0.0]
+        else:
+            k[0] += ms
+            k[1] = None if k[1] is None or count is None else k[1] + count
+        site = self.sites.get((chain, name))
+        if site is None:
+            self.sites[chain, name] = [ms, count]
+        else:
+            site[0] += ms
+            site[1] = None if site[1] is None or count is None else site[1] + count
+        return k
+
+    def add_scope(self, kernel, scope, metrics):
+        """A scope of the instrumentation backend inside kernel: its cycles."""
+        cycles = self.scopes.setdefault((kernel, scope), [0.0, 0.0])
+        cycles[0] += number(metrics.get("cycles")) or 0.0
+        cycles[1] += number(metrics.get("normalized_cycles")) or 0.0
+
+    def launched(self):
+        """GPU ms and launches (None when a count is unreadable) so far."""
+        counts = [k[1] for k in self.kernels.values()]
+        return sum(k[0] for k in self.kernels.values()), (
+            None if None in counts else sum(counts)
+        )  # fmt: skip
 
 
-def add_count(total, count):
-    # One unreadable count makes the kernel's total unknown for good.
-    return None if total is None or count is None else total + count
-
-
-_frames = {}
-
-
-def classify(name):
-    """(is a python frame, the user's label for it or None, (file, line) or None).
-    A python-context frame is named "file:line@function". Cached: names repeat."""
-    if name not in _frames:
-        head, at, func = name.rpartition("@")
-        file, colon, line = head.rpartition(":")
-        is_frame = bool(at and colon and line.isdecimal())
-        user = is_frame and not library(file) and not func.startswith("__proton")
-        label = f"{file.rpartition('/')[2]}:{line} {func}" if user else None
-        _frames[name] = (is_frame, label, (file, int(line)) if user else None)
-    return _frames[name]
-
-
-@functools.cache
-def library(file):
-    """Whether a file's frames are not the user's own. Cached apart from the frames: a
-    file has many lines, and a large capture tens of thousands of frames."""
-    return LIBRARY.search(file) is not None
-
-
-def chain_of(cell):
-    """The labels of a chain kept as linked cells (label, where, parent), outermost first:
-    linked, so that a deep recursion costs each node one cell, not a copy of its chain."""
-    labels = []
-    while cell is not None:
-        labels.append(cell[0])
-        cell = cell[2]
-    return tuple(reversed(labels))
-
-
-def tally(groups, by_cell, cells):
-    """Sum the kernel leaves under each (nodes, cell) group, in aorta's order (depth first,
-    children in file order), by name and by the chain of user frames above them. A tree is
-    one group, its roots under no cell; each user frame adds a linked cell (label, where,
-    parent), and a leaf's sums go to by_cell[id(cell)][name], cells[id(cell)] keeping the
-    cell. Returns (the sums by name, whether any frame was a python one, how many leaves
-    had time metrics but none a number >= 0).
-
-    The hot loop of a large capture: a stack of child iterators rather than of nodes, exact
-    types, the frame cache tested inline, a cell's sums looked up once per run of siblings,
-    and what Proton writes, a count and a time below 2**53 (where float() is exact), read
-    inline; anything else goes by aorta's rules in time_ms and launches, to the same result."""
-    kernels, python, unusable = {}, False, 0
-    stack = [(iter(nodes), cell, None) for nodes, cell in reversed(groups)]
+def walk_tree(roots, chains, totals):
+    """Add one tree's leaves to totals, in aorta's order (depth first, children in file
+    order): each leaf with a usable time is a kernel's launches, summed by name and by
+    the chain of the user's frames above it; a node with `cycles` is a scope of the kernel
+    above it (the instrumentation backend)."""
+    steps = chains.steps
+    stack = [(iter(roots), 0, None)]  # (children, chain, kernel above)
     while stack:
-        siblings, cell, by_name = stack[-1]
-        for node in siblings:
+        children, chain, kernel = stack[-1]
+        for node in children:
             if type(node) is not dict:
                 continue
-            frame, children = node.get("frame"), node.get("children")
-            if children and type(children) is list:  # walked whatever its frame, as aorta does
-                name = frame.get("name") if type(frame) is dict else None
-                cached = type(name) is str and _frames.get(name)
-                is_frame, label, where = cached or classify(str(name))
-                python = python or is_frame
-                stack.append((iter(children), (label, where, cell) if label else cell, None))
+            frame, metrics = node.get("frame"), node.get("metrics")
+            name = frame.get("name") if type(frame) is dict else None
+            if type(name) is not str:
+                name = "" if name is None else str(name)
+            if type(metrics) is not dict:
+                metrics = {}
+            if kernel is not None and "cycles" in metrics:
+                totals.add_scope(kernel, name, metrics)
+            below = node.get("children")
+            if below and type(below) is list:  # walked whatever its frame, as aorta does
+                inner, is_python = steps.get((chain, name)) or chains.step(chain, name)
+                totals.python = totals.python or is_python
+                above = kernel if is_python or name == "ROOT" or "cycles" in metrics else name
+                stack.append((iter(below), inner, above))
                 break  # down into the children; these siblings resume after them
-            metrics = node.get("metrics")
-            if type(frame) is not dict or type(metrics) is not dict:
-                continue
-            name = str(frame.get("name") or "").strip()
-            if not name or name == "ROOT":
-                continue
-            times, rates = layout(tuple(metrics))
-            value, count = metrics[times[0][0]] if times else None, metrics.get("count")
-            numbers = type(value) in (int, float) and type(count) is int
-            if numbers and 0 <= value < EXACT and 0 <= count < EXACT:
-                ms = value * times[0][1]
-            else:
-                ms, count = time_ms(metrics, times), launches(metrics)
-                if ms is None:
-                    unusable += bool(times)
-                    continue
-            k = kernels.get(name)
-            if k is None:
-                k = kernels[name] = {"ms": ms, "launches": count, "bytes": 0, "flops": 0}
-            else:
-                k["ms"] += ms
-                k["launches"] = add_count(k["launches"], count)
-            for key, total in rates:
-                if isinstance(value := metrics[key], int | float):
-                    k[total] += value
-            if by_name is None:  # the chain of labels is built later, once per cell
-                by_name = by_cell.get(id(cell))
-                if by_name is None:
-                    by_name = by_cell[id(cell)] = {}
-                    cells[id(cell)] = cell
-                stack[-1] = (siblings, cell, by_name)
-            site = by_name.get(name)
-            if site is None:
-                by_name[name] = {"name": name, "launches": count, "ms": ms}
-            else:
-                site["ms"] += ms
-                site["launches"] = add_count(site["launches"], count)
+            name = name.strip()
+            if name and name != "ROOT":
+                totals.add_leaf(name, chain, metrics)
         else:
             stack.pop()
-    return kernels, python, unusable
 
 
-def events(trace):
-    """A trace's kernel launches as (chain cell, name, start us, duration us, stream), and
-    whether any has a python call stack. Complete events ("ph": "X") with numeric ts and
-    dur >= 0; the call stack's last entry is the kernel."""
-    found, python = [], False
-    for e in trace.get("traceEvents", ()) if isinstance(trace, dict) else ():
+def devices(records, seen):
+    """The device records after a tree (kind -> id -> properties), each device once."""
+    out = []
+    for record in records:
+        for kind_, by_id in record.items() if isinstance(record, dict) else ():
+            for dev_id, info in by_id.items() if isinstance(by_id, dict) else ():
+                info = info if isinstance(info, dict) else {}
+                mhz = [number(info.get(k)) for k in ("clock_rate", "memory_clock_rate")]
+                entry = {
+                    "type": printable(str(kind_)),
+                    "id": printable(str(dev_id)),
+                    "arch": printable(str(info.get("arch"))) if "arch" in info else None,
+                    "sm_count": whole(info.get("num_sms")),  # CUs on AMD
+                    "clock_mhz": mhz[0] / 1000 if mhz[0] is not None else None,
+                    "memory_clock_mhz": mhz[1] / 1000 if mhz[1] is not None else None,
+                    "memory_bus_bits": whole(info.get("bus_width")),
+                }
+                if entry not in seen:
+                    seen.append(entry)
+                    out.append(entry)
+    return out
+
+
+# --- Traces -------------------------------------------------------------------------------
+
+
+def trace_events(data, chains, totals):
+    """A trace's kernel launches as (start us, end us, chain, name), in file order, added
+    to totals as launches of one; the instrumentation backend's scope events as (kernel,
+    scope, SM, CTA, warp, cycles); and how many events had no name."""
+    launches_, scopes, unnamed = [], [], 0
+    by_stack = {}  # a call stack met again costs one lookup
+    for e in data.get("traceEvents", ()):
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
-        ts, dur = e.get("ts"), e.get("dur")
-        if not all(isinstance(v, int | float) and math.isfinite(v) for v in (ts, dur)) or dur < 0:
+        ts, dur = e.get("ts"), number(e.get("dur"))
+        if type(ts) is int:  # None past a float's range
+            ts = math.copysign(number(abs(ts)), ts) if number(abs(ts)) is not None else None
+        if type(ts) is not float or dur is None or not math.isfinite(ts):
             continue
-        args = e.get("args")
-        stack = args.get("call_stack") if isinstance(args, dict) else None
-        cell = None
-        for name in stack[:-1] if isinstance(stack, list) else ():
-            is_frame, label, where = classify(str(name))
-            python |= bool(is_frame)
-            if label:
-                cell = (label, where, cell)
-        found.append((cell, str(e.get("name") or "").strip(), ts, dur, e.get("tid")))
-    return found, python
-
-
-def load(path):
-    """The decoded JSON of a capture; raises ValueError. Proton's python context can nest
-    deeper than the C decoder recurses: such a file is decoded without recursion."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
-    try:
-        return json.loads(text)
-    except RecursionError:
-        return deep_loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(str(e)) from None
-
-
-_TOKEN = re.compile(r'[\s,:]*(?:([\[{])|([\]}])|(")|(-?Infinity|NaN|true|false|null)|)')
-_LITERALS = {"true": True, "false": False, "null": None, "NaN": math.nan,
-             "Infinity": math.inf, "-Infinity": -math.inf}  # fmt: skip
-_NOTHING = object()
-
-
-def deep_loads(text):
-    """json.loads for nesting of any depth: an explicit stack of the open containers
-    instead of recursion. It checks nesting and keys, and lets commas and colons be."""
-    stack, keys, result, pos = [], [], _NOTHING, 0  # keys: an object's key awaiting its value
-    while True:
-        opener, closer, quote, literal = (m := _TOKEN.match(text, pos)).groups()
-        pos = m.end()
-        if closer:
-            if not stack or isinstance(stack[-1], dict) != (closer == "}"):
-                raise ValueError(f"unbalanced {closer!r} at char {pos - 1}")
-            stack.pop(), keys.pop()
+        name = e.get("name")
+        name = name.strip() if isinstance(name, str) else ""
+        if not name:
+            unnamed += 1
             continue
-        if stack and isinstance(stack[-1], dict) and keys[-1] is None:
-            if not quote:
-                raise ValueError(f"an object key expected at char {pos}")
-            keys[-1], pos = json.decoder.scanstring(text, pos)
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        mhz = number(args.get("Frequency (MHz)"))
+        if mhz is not None:  # a scope inside a kernel: pid "<kernel> Core<SM> CTA<n>"
+            where = str(e.get("pid", "")).split()
+            sm = next((w[4:] for w in where if w.startswith("Core")), "?")
+            cta = next((w[3:] for w in where if w.startswith("CTA")), "?")
+            scopes.append((str(e.get("cat") or "?"), name, sm, cta, str(e.get("tid")), dur * mhz))
             continue
-        if opener:
-            value = [] if opener == "[" else {}
-        elif quote:
-            value, pos = json.decoder.scanstring(text, pos)
-        elif literal:
-            value = _LITERALS[literal]
-        elif number := json.scanner.NUMBER_RE.match(text, pos):
-            value = float(number[0]) if number[2] or number[3] else int(number[0])
-            pos = number.end()
-        elif pos == len(text) and not stack and result is not _NOTHING:
-            return result
-        else:
-            raise ValueError(f"unexpected text at char {pos}")
-        if not stack:
-            if result is not _NOTHING:
-                raise ValueError(f"extra data at char {pos}")
-            result = value
-        elif isinstance(stack[-1], dict):
-            stack[-1][keys[-1]], keys[-1] = value, None
-        else:
-            stack[-1].append(value)
-        if opener:
-            stack.append(value), keys.append(None)
+        stack = args.get("call_stack")
+        stack = tuple(map(str, stack[:-1])) if isinstance(stack, list) else ()
+        chain = by_stack.get(stack)
+        if chain is None:
+            chain = 0
+            for frame in stack:
+                chain, is_python = chains.step(chain, frame)
+                totals.python |= is_python
+            by_stack[stack] = chain
+        totals.add(name, chain, dur / 1e3, 1)
+        launches_.append((ts, ts + dur, chain, name))
+    return launches_, scopes, unnamed
 
 
-def read(path):
-    """The tree roots and device records of one .hatchet file; raises ValueError."""
-    data = load(path)
-    roots = data if isinstance(data, list) else [data]
-    if not any(isinstance(r, dict) and "frame" in r for r in roots):
-        raise ValueError("not a Proton tree (no frame at the top level)")
-    devices = []
-    for record in roots:
-        if isinstance(record, dict) and "frame" not in record:
-            for kind, by_id in record.items():
-                for dev_id, info in (by_id if isinstance(by_id, dict) else {}).items():
-                    devices.append(device(kind, dev_id, info))
-    return roots, devices
+def timeline(launches_, label, source_of):
+    """One entry per call site of one process's trace: its launches, their summed and
+    spanned ms, the share of its span in which any kernel ran, and the median idle time
+    between its consecutive launches. One sort, then one pass: O(n log n) in launches."""
+    launches_.sort()  # (start, end, chain, name), by start
+    # When any kernel ran, several streams counted once: the busy time before each
+    # launch's start and before its end, by a sweep that merges overlapping launches.
+    marks, done, start, end = [], 0.0, None, None  # done: busy time of the merged runs before
+    for s, e, _, _ in launches_:
+        if end is None or s > end:
+            done += end - start if end is not None else 0.0
+            start, end = s, e
+        elif e > end:
+            end = e
+        marks.append((done + s - start, done + e - start))
+    by_site = {}
+    for i, (_, _, chain, _) in enumerate(launches_):
+        by_site.setdefault(chain, []).append(i)
+    entries = []
+    for chain, at in by_site.items():
+        last = max(at, key=lambda i: launches_[i][1])
+        first_start, last_end = launches_[at[0]][0], launches_[last][1]
+        # Between one launch's end and the next one's start: the time no kernel ran.
+        idle = sorted(
+            max(0.0, launches_[b][0] - launches_[a][1] - (marks[b][0] - marks[a][1]))
+            for a, b in zip(at, at[1:], strict=False)
+        )
+        names = {}
+        for i in at:
+            names[launches_[i][3]] = names.get(launches_[i][3], 0) + 1
+        span = last_end - first_start
+        entries.append({
+            "callsite": label(chain),
+            "source": source_of(chain),
+            "launches": len(at),
+            "kernel_ms": sum(launches_[i][1] - launches_[i][0] for i in at) / 1e3,
+            "span_ms": span / 1e3,
+            "busy": (marks[last][1] - marks[at[0]][0]) / span if span > 0 else 1.0,
+            "median_idle_us": median(idle) if idle else None,
+            "fewest_launches_of_a_kernel": min(names.values()),
+        })  # fmt: skip
+    return sorted(entries, key=lambda e: e["kernel_ms"], reverse=True)
 
 
-def read_trace(path):
-    """The decoded JSON of one .chrome_trace file; raises ValueError."""
-    data = load(path)
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise ValueError("not a Proton trace (no traceEvents list)")
-    return data
+def median(ordered):
+    n = len(ordered)
+    return (ordered[n // 2] + ordered[(n - 1) // 2]) / 2
 
 
-def device(kind, dev_id, info):
-    info = info if isinstance(info, dict) else {}
-    mhz = lambda k: info[k] / 1000 if isinstance(info.get(k), (int, float)) else None  # noqa: E731
-    return {
-        "type": kind,
-        "id": dev_id,
-        "arch": info.get("arch"),
-        "sm_count": info.get("num_sms"),  # CUs on AMD
-        "clock_mhz": mhz("clock_rate"),
-        "memory_clock_mhz": mhz("memory_clock_rate"),
-        "memory_bus_bits": info.get("bus_width"),
+def scope_summary(events):
+    """Per kernel and scope of an instrumentation trace: its warp events, their cycles
+    (sum, median, 90th percentile) and its share of the kernel's scope cycles; and per
+    kernel, how its CTAs spread over the SMs. Each launch records every (CTA, warp,
+    scope) once: the most such repeats is the number of launches, and the events of one
+    (warp, scope) on an SM count the CTAs that ran there."""
+    by_scope, by_sm, repeats = {}, {}, {}
+    for kernel, scope, sm, cta, warp, cycles in events:
+        by_scope.setdefault((kernel, scope), []).append(cycles)
+        on_sm = by_sm.setdefault(kernel, {}).setdefault(sm, [{}, 0.0])
+        on_sm[0][warp, scope] = on_sm[0].get((warp, scope), 0) + 1
+        on_sm[1] += cycles
+        repeats[kernel, cta, warp, scope] = repeats.get((kernel, cta, warp, scope), 0) + 1
+    per_kernel = {}
+    for (kernel, _), cycles in by_scope.items():
+        per_kernel[kernel] = per_kernel.get(kernel, 0.0) + sum(cycles)
+    rows = []
+    for (kernel, scope), cycles in by_scope.items():
+        cycles.sort()
+        total = sum(cycles)
+        rows.append({
+            "kernel": kernel,
+            "scope": scope,
+            "events": len(cycles),
+            "cycles": total,
+            "median_cycles": median(cycles),
+            "p90_cycles": cycles[min(len(cycles) - 1, int(0.9 * len(cycles)))],
+            "share": total / per_kernel[kernel] if per_kernel[kernel] else 0.0,
+        })  # fmt: skip
+    launches = {}
+    for (kernel, *_), n in repeats.items():
+        launches[kernel] = max(launches.get(kernel, 0), n)
+    spread = []
+    for kernel, sms in by_sm.items():
+        counted = {}  # (warp, scope) -> events over all SMs: the most common is in every CTA
+        for pairs, _ in sms.values():
+            for pair, n in pairs.items():
+                counted[pair] = counted.get(pair, 0) + n
+        pair = max(counted, key=counted.get)
+        ctas = sorted(pairs.get(pair, 0) / launches[kernel] for pairs, _ in sms.values())
+        cycles = sorted(t for _, t in sms.values())
+        middle = median(cycles)
+        spread.append({
+            "kernel": kernel,
+            "launches": launches[kernel],
+            "sms": len(sms),
+            "ctas_per_sm": [ctas[0], median(ctas), ctas[-1]],
+            "slowest_sm_vs_median": cycles[-1] / middle if middle else None,
+        })  # fmt: skip
+    return rows, spread
+
+
+# --- Summary ------------------------------------------------------------------------------
+
+
+def summarize(paths, artifact_dir):
+    """The JSON summary of the given capture files; the call sites with their frames (for
+    --diff and --folded); and a one-line problem or None. Files of one run's ranks (named
+    rank<R>) add up, and each rank is summed apart too."""
+    chains, totals, seen_devices = Chains(), Totals(), []
+    summary = {"proton_artifact_dir": artifact_dir}
+    problems, read, traced, scope_events, ranks = [], [], [], [], {}
+    for path in paths:
+        ms_before, launched_before = totals.launched()
+        try:
+            with acyclic():
+                data = load(path)
+            if kind(path) == "trace":
+                if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+                    raise ValueError("not a Proton trace (no traceEvents list)")
+                launched, scoped, unnamed = trace_events(data, chains, totals)
+                if unnamed:
+                    warn(f"{path}: skipped {unnamed} events with no name")
+                traced.append((path, launched))
+                scope_events += scoped
+            else:
+                roots = data if isinstance(data, list) else [data]
+                if not any(isinstance(r, dict) and "frame" in r for r in roots):
+                    raise ValueError("not a Proton tree (no frame at the top level)")
+                walk_tree(roots, chains, totals)
+                devices([r for r in roots if isinstance(r, dict) and "frame" not in r],
+                        seen_devices)  # fmt: skip
+        except ValueError as e:
+            problems.append(f"{path}: {e}")
+            continue
+        read.append(path)
+        if (rank := rank_of(path)) is not None:
+            r = ranks.setdefault(rank, {"rank": rank, "gpu_time_ms": 0.0, "kernel_count": 0,
+                                        "files": []})  # fmt: skip
+            ms, launched = totals.launched()
+            r["gpu_time_ms"] += ms - ms_before
+            if None in (r["kernel_count"], launched, launched_before):
+                r["kernel_count"] = None
+            else:
+                r["kernel_count"] += launched - launched_before
+            r["files"].append(str(path))
+    if read and len(problems) < len(paths):  # a bad file beside good ones is only skipped
+        for problem in problems:
+            warn(f"skipped {problem}")
+    if len(read) > 1:
+        print(f"parse_hatchet: combined {len(read)} captures: {', '.join(map(str, read))}",
+              file=sys.stderr)  # fmt: skip
+
+    chains.names = short_names({link[1] for link in chains.links[1:]})
+    sources = Sources()
+    source_of = lambda chain: sources.line(*chains.links[chain][1:3]) if chain else None  # noqa: E731
+    kernels, scopes = totals.kernels, totals.scopes
+    by_chain = {}
+    for (chain, name), sums in totals.sites.items():
+        by_chain.setdefault(chain, {})[name] = sums
+    sites = chains, by_chain
+    if not paths:
+        return summary, sites, "no .hatchet or .chrome_trace file found"
+    if not read:
+        return summary, sites, f"no readable capture ({problems[0]})"
+    if not (kernels or scopes or scope_events):
+        if totals.unusable:
+            return summary, sites, (
+                f"no timed kernel: {totals.unusable} kernel leaves have a time that is not a "
+                "finite number >= 0 (infinite, negative or not a number)"
+            )  # fmt: skip
+        return summary, sites, (
+            "no timed kernel in the tree: ROOT only (a pinned AMD backend in cli mode, "
+            "or an env-mode payload that never called proton.start())"
+        )  # fmt: skip
+
+    if kernels:  # aorta's five keys; a capture of scopes alone has none of them
+        ranked = sorted(kernels.items(), key=lambda item: item[1][0], reverse=True)
+        gpu_ms = sum(k[0] for k in kernels.values())
+        if all(k[1] is not None for k in kernels.values()):
+            summary["proton_kernel_count"] = sum(k[1] for k in kernels.values())
+        summary["proton_gpu_time_ms"] = gpu_ms
+        summary["proton_top_kernel_ms"] = ranked[0][1][0]
+        summary["proton_top_kernels"] = [name for name, _ in ranked[:TOP_N]]
+    summary["proton_context"] = "python" if totals.python else "shadow"
+    summary["proton_device"] = seen_devices
+    if kernels:
+        summary["proton_kernels"] = [kernel_row(name, k, gpu_ms) for name, k in ranked]
+        summary["proton_callsites"] = sorted(
+            (
+                {
+                    "callsite": chains.text(chain),
+                    "source": source_of(chain),
+                    "ms": sum(ms for ms, _ in by_name.values()),
+                    "kernels": [
+                        {"name": name, "launches": n, "ms": ms} for name, (ms, n) in by_name.items()
+                    ],  # fmt: skip
+                }
+                for chain, by_name in by_chain.items()
+                if chain  # kernels with no user frame above them (shadow context)
+            ),
+            key=lambda site: site["ms"],
+            reverse=True,
+        )
+    if traced and kernels:  # a timeline per process: ranks' clocks are not one clock
+        summary["proton_timeline"] = []
+        for path, launched in traced:
+            rank = rank_of(path)
+            for entry in timeline(launched, chains.text, source_of):
+                summary["proton_timeline"].append(
+                    entry if rank is None else {"rank": rank, **entry}
+                )
+    if scopes:
+        summary["proton_scopes"] = scope_rows(scopes)
+    if scope_events:
+        summary["proton_scopes"], summary["proton_sm_spread"] = scope_summary(scope_events)
+    if ranks:
+        if unranked := [p for p in read if rank_of(p) is None]:
+            warn(f"left out of proton_ranks, with no rank<N> in their names: {unranked}")
+        summary["proton_ranks"] = [ranks[r] for r in sorted(ranks)]
+        times = [r["gpu_time_ms"] for r in ranks.values()]
+        mean = sum(times) / len(times)
+        summary["proton_rank_imbalance"] = max(times) / mean if mean else None
+    return summary, sites, None
+
+
+def rank_of(path):
+    """The rank a launcher gave the process that wrote path (rank<R> in its name)."""
+    found = re.search(r"rank(\d+)", path.name)
+    return int(found[1]) if found else None
+
+
+def kernel_row(name, k, gpu_ms):
+    ms, count, moved, flops = k
+    seconds = ms / 1e3
+    row = {
+        "name": name,
+        "readable_name": readable(name),
+        "launches": count,
+        "total_ms": ms,
+        "mean_us": ms * 1e3 / count if count else None,
+        "share": ms / gpu_ms if gpu_ms else 0.0,
     }
+    if moved:
+        row["gbyte_per_s"] = moved / seconds / 1e9 if seconds else None
+    if flops:
+        row["flop_per_s"] = flops / seconds if seconds else None
+    return row
+
+
+def scope_rows(scopes):
+    """Per kernel and scope of an instrumentation tree: cycles, normalized cycles (per
+    CTA and warp) and the scope's share of its kernel's scope cycles."""
+    per_kernel = {}
+    for (kernel, _), (cycles, _) in scopes.items():
+        per_kernel[kernel] = per_kernel.get(kernel, 0.0) + cycles
+    return [
+        {"kernel": kernel, "scope": scope, "cycles": cycles, "normalized_cycles": normalized,
+         "share": cycles / per_kernel[kernel] if per_kernel[kernel] else 0.0}
+        for (kernel, scope), (cycles, normalized) in scopes.items()
+    ]  # fmt: skip
+
+
+class Sources:
+    """Source lines of the user's frames, from regular .py files of a sane size here. A
+    capture names the paths: following them to anything but Python source would let a
+    crafted capture print lines of other files. Each file is read once, up to the last
+    line asked of it so far."""
+
+    def __init__(self):
+        self.files = {}
+
+    def line(self, file, number):
+        if file not in self.files:
+            self.files[file] = [] if self._usable(file) else None
+        lines = self.files[file]
+        if lines is None or number < 1:
+            return None
+        if len(lines) < number:
+            self._read(file, lines, number)
+        text = lines[number - 1].strip()[:200] if number <= len(lines) else ""
+        return printable(text) or None
+
+    @staticmethod
+    def _usable(file):
+        try:
+            path = Path(file).resolve(strict=True)
+            info = path.stat()
+        except (OSError, RuntimeError):
+            return False
+        return (
+            path.suffix == ".py" and stat.S_ISREG(info.st_mode) and info.st_size <= MAX_SOURCE_BYTES
+        )
+
+    @staticmethod
+    def _read(file, lines, upto):
+        lines.clear()
+        try:
+            with open(file, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    lines.append(line)
+                    if len(lines) == upto:
+                        break
+        except OSError:
+            pass
 
 
 def readable(name):
@@ -326,8 +850,7 @@ def readable(name):
 @functools.cache
 def _cxxfilt():
     """The cxxfilt module, imported at the first mangled name (its import locates the C++
-    runtime: about 17 ms of start-up), or None where it is missing:
-    names then stay mangled."""
+    runtime: about 17 ms of start-up), or None where it is missing: names stay mangled."""
     try:
         import cxxfilt
     except ImportError:
@@ -350,442 +873,343 @@ def _elide_templates(name, keep):
     return "".join(out).replace(" >", ">")
 
 
-def source(where):
-    """The stripped source line at (file, line) when file is a regular .py file here,
-    else None."""
-    lines = _python_lines(where[0]) if where else None
-    return (lines[where[1] - 1].strip()[:200] or None) if lines and where[1] <= len(lines) else None
+# --- Comparing two captures -----------------------------------------------------------
 
 
-@functools.cache
-def _python_lines(name):
-    """A .py file's lines, read once. A capture names the paths: following them to
-    anything but Python source would let a crafted capture print lines of other files."""
-    try:
-        path = Path(name).resolve(strict=True)
-        if path.suffix != ".py" or not path.is_file():
-            return None
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except (OSError, RuntimeError):
-        return None
-
-
-def summarize(paths, artifact_dir):
-    """The JSON summary of the given files, the kernels under each chain of user frames
-    (the empty chain too, for --folded), and a one-line problem or None."""
-    summary = {"proton_artifact_dir": artifact_dir}
-    files, by_cell, cells, trace_events = [], {}, {}, []
-    python, unusable, devices, problems = False, 0, [], []
-    for path in paths:
-        try:
-            if path.suffix == ".chrome_trace":
-                file_events, file_python = events(read_trace(path))
-                trace_events += file_events
-            else:
-                roots, file_devices = read(path)
-                devices += [d for d in file_devices if d not in devices]
-                file_kernels, file_python, file_unusable = tally([(roots, None)], by_cell, cells)
-                files.append(file_kernels)
-                unusable += file_unusable
-        except ValueError as e:
-            problems.append(f"{path}: {e}")
-            continue
-        python |= file_python
-    if not files and trace_events:  # traces alone: each kernel event, a leaf of one launch
-        groups = [
-            ([{"frame": {"name": name}, "metrics": {"count": 1, "time (us)": dur}}], cell)
-            for cell, name, _, dur, _ in trace_events
-        ]
-        files.append(tally(groups, by_cell, cells)[0])
-    # Summed per file first, then across files in path order, as aorta adds them.
-    kernels = files[0] if files else {}
-    for per_file in files[1:]:
-        for name, k in per_file.items():
-            total = kernels.setdefault(name, k)
-            if total is not k:
-                total["ms"] += k["ms"]
-                total["launches"] = add_count(total["launches"], k["launches"])
-                total["bytes"] += k["bytes"]
-                total["flops"] += k["flops"]
-    sites, where = {}, {}
-    for cell_id, by_name in by_cell.items():
-        cell = cells[cell_id]
-        chain = chain_of(cell)
-        where.setdefault(chain, cell and cell[1])
-        merged = sites.get(chain)
-        if merged is None:  # most chains have one cell: nothing to merge
-            sites[chain] = by_name
-            continue
-        for name, site in by_name.items():
-            into = merged.setdefault(name, site)
-            if into is not site:
-                into["ms"] += site["ms"]
-                into["launches"] = add_count(into["launches"], site["launches"])
-
-    if len(problems) < len(paths):  # a bad file beside good ones is only skipped
-        for problem in problems:
-            print(f"parse_hatchet: warning: skipped {problem}", file=sys.stderr)
-    if not paths:
-        return summary, sites, "no .hatchet or .chrome_trace file found"
-    if not kernels:
-        if len(problems) == len(paths):
-            return summary, sites, f"no readable capture ({problems[0]})"
-        if unusable:
-            return summary, sites, (
-                f"no timed kernel: {unusable} kernel leaves have a time that is not a finite "
-                "number >= 0 (infinite, negative or not a number)"
-            )  # fmt: skip
-        return (
-            summary,
-            sites,
-            (
-                "no timed kernel in the tree: ROOT only (a pinned AMD backend in cli mode, "
-                "or an env-mode payload that never called proton.start())"
-            ),
-        )
-    ranked = sorted(kernels.items(), key=lambda item: item[1]["ms"], reverse=True)
-    gpu_ms = sum(k["ms"] for k in kernels.values())
-    if not math.isfinite(gpu_ms):
-        return summary, sites, "kernel times add up to infinity"
-    if all(k["launches"] is not None for k in kernels.values()):
-        summary["proton_kernel_count"] = sum(k["launches"] for k in kernels.values())
-    summary["proton_gpu_time_ms"] = gpu_ms
-    summary["proton_top_kernel_ms"] = ranked[0][1]["ms"]
-    summary["proton_top_kernels"] = [name for name, _ in ranked[:TOP_N]]
-    summary["proton_context"] = "python" if python else "shadow"
-    summary["proton_device"] = devices
-    summary["proton_kernels"] = [kernel_row(name, k, gpu_ms) for name, k in ranked]
-    summary["proton_callsites"] = sorted(
-        (
-            {
-                "callsite": " > ".join(chain),
-                "source": source(where[chain]),
-                "ms": sum(k["ms"] for k in by_name.values()),
-                "kernels": list(by_name.values()),
-            }
-            for chain, by_name in sites.items()
-            if chain  # kernels with no user frame above them (shadow context)
-        ),
-        key=lambda site: site["ms"],
-        reverse=True,
-    )
-    if trace_events:
-        summary["proton_gpu_busy"], summary["proton_timeline"] = timeline(trace_events)
-    return summary, sites, None
-
-
-def timeline(trace_events):
-    """(the share of the whole trace's span in which any kernel ran, one entry per call
-    site): its launches, their summed and spanned ms, the share of its span in which any
-    kernel ran, and the median idle time between its consecutive launches."""
-    import statistics  # here, not at the top: its imports cost a tree-only run 6 ms
-
-    busy = merge((ts, ts + dur) for _, _, ts, dur, _ in trace_events)
-    by_site = {}
-    for cell, _, ts, dur, _ in trace_events:
-        by_site.setdefault(chain_of(cell), []).append((ts, ts + dur, cell and cell[1]))
-    entries = []
-    for chain, spans in by_site.items():
-        spans.sort()
-        first, last = spans[0][0], max(end for _, end, _ in spans)
-        idle = [
-            (b - a) - covered(busy, a, b)
-            for (_, a, _), (b, _, _) in zip(spans, spans[1:], strict=False)
-            if b > a
-        ]
-        idle += [0.0] * (len(spans) - 1 - len(idle))  # overlapping launches: no gap
-        entries.append({
-            "callsite": " > ".join(chain),
-            "source": source(spans[-1][2]),
-            "launches": len(spans),
-            "kernel_ms": sum(end - start for start, end, _ in spans) / 1e3,
-            "span_ms": (last - first) / 1e3,
-            "busy": covered(busy, first, last) / (last - first) if last > first else 1.0,
-            "median_idle_us": statistics.median(idle) if idle else None,
-        })  # fmt: skip
-    first, last = busy[0][0], busy[-1][1]
-    total = covered(busy, first, last) / (last - first) if last > first else 1.0
-    return total, sorted(entries, key=lambda e: e["kernel_ms"], reverse=True)
-
-
-def merge(intervals):
-    """Sorted, disjoint [start, end] intervals covering the given ones (overlaps, on
-    several streams too, counted once)."""
-    merged = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return merged
-
-
-def covered(merged, a, b):
-    """How much of [a, b] the merged intervals cover."""
-    i = bisect.bisect_right(merged, [a, math.inf]) - 1
-    total = 0.0
-    for start, end in merged[max(i, 0) :]:
-        if start >= b:
-            break
-        total += max(0.0, min(end, b) - max(start, a))
-    return total
-
-
-def diff(base, summary):
+def diff(base, base_sites, summary, sites, base_name):
     """Per kernel and per call site: ms in base and now, and their ratio, the largest
-    change first."""
-
-    def rows(key, field, before, after):
-        was = {row[key]: row[field] for row in before}
-        now = {row[key]: row[field] for row in after}
-        out = [
-            {key if key == "callsite" else "name": name, "base_ms": was.get(name, 0.0),
-             "ms": now.get(name, 0.0),
-             "ratio": now.get(name, 0.0) / was[name] if was.get(name) else None}
-            for name in dict.fromkeys([*was, *now])
-        ]  # fmt: skip
-        return sorted(out, key=lambda r: abs(r["ms"] - r["base_ms"]), reverse=True)
-
+    change first. Call sites are matched by file and function chain, so that lines moved
+    by an edit still match: where a chain has several, same lines first, then in order."""
+    was = {row["name"]: row["total_ms"] for row in base.get("proton_kernels", [])}
+    now = {row["name"]: row["total_ms"] for row in summary.get("proton_kernels", [])}
+    kernels = [change({"name": name}, was.get(name), now.get(name)) for name in {**was, **now}]
+    groups = {}  # chain without lines -> (base's sites, now's sites), each by their lines
+    for side, (chains, by_chain) in enumerate((base_sites, sites)):
+        for chain, by_name in by_chain.items():
+            frames = chains.frames(chain)
+            if frames:
+                key = tuple((f, func, n) for f, _, func, n in frames)
+                lines = tuple(line for _, line, _, _ in frames)
+                ms = sum(ms for ms, _ in by_name.values())
+                groups.setdefault(key, ({}, {}))[side][lines] = (frames, ms)
+    names = {**base_sites[0].names, **sites[0].names}
+    callsites = []
+    for before, after in groups.values():
+        pairs = [(before.pop(lines), after.pop(lines)) for lines in list(before) if lines in after]
+        pairs += itertools.zip_longest(
+            (before[k] for k in sorted(before)), (after[k] for k in sorted(after))
+        )
+        for old, new in pairs:
+            text = moved((old or new)[0], (new or old)[0], names)
+            callsites.append(change({"callsite": text}, old and old[1], new and new[1]))
+    by_change = lambda r: abs(r["ms"] - r["base_ms"])  # noqa: E731
     return {
-        "base": base["proton_artifact_dir"],
-        "gpu_time_ms": [base["proton_gpu_time_ms"], summary["proton_gpu_time_ms"]],
-        "kernels": rows("name", "total_ms", base["proton_kernels"], summary["proton_kernels"]),
-        "callsites": rows("callsite", "ms", base["proton_callsites"], summary["proton_callsites"]),
+        "base": base_name,
+        "gpu_time_ms": [
+            base.get("proton_gpu_time_ms", 0.0),
+            summary.get("proton_gpu_time_ms", 0.0),
+        ],
+        "kernels": sorted(kernels, key=by_change, reverse=True),
+        "callsites": sorted(callsites, key=by_change, reverse=True),
     }
 
 
-def kernel_row(name, k, gpu_ms):
-    seconds = k["ms"] / 1e3
-    row = {
-        "name": name,
-        "readable_name": readable(name),
-        "launches": k["launches"],
-        "total_ms": k["ms"],
-        "mean_us": k["ms"] * 1e3 / k["launches"] if k["launches"] else None,
-        "share": k["ms"] / gpu_ms if gpu_ms else 0.0,
-    }
-    if k["bytes"]:
-        row["gbyte_per_s"] = k["bytes"] / seconds / 1e9 if seconds else None
-    if k["flops"]:
-        row["flop_per_s"] = k["flops"] / seconds if seconds else None
+def change(row, base_ms, ms):
+    """row with ms before and now (0 where absent) and their ratio (None: new)."""
+    base_ms, ms = base_ms or 0.0, ms or 0.0
+    row.update(base_ms=base_ms, ms=ms, ratio=ms / base_ms if base_ms else None)
     return row
 
 
+def moved(old, new, names):
+    """A call site's frames, each line shown as old->new where an edit moved it."""
+    return " > ".join(
+        f"{names.get(f, f)}:{a if a == b else f'{a}->{b}'} {func}" + (f" (x{n})" if n > 1 else "")
+        for (f, a, func, n), (_, b, _, _) in zip(old, new, strict=True)
+    )
+
+
+# --- Output -------------------------------------------------------------------------------
+
+
+def to_json(summary):
+    """The summary as JSON bytes, one key a line (pretty-printing every level would cost
+    a large capture's output more than encoding it)."""
+    try:
+        encode = msgspec.json.encode if msgspec else None
+        values = [encode(v) for v in summary.values()] if encode else None
+    except UnicodeEncodeError:  # a lone surrogate in a name: json writes it as an escape
+        values = None
+    if values is None:
+        dump = json.JSONEncoder(allow_nan=False, check_circular=False).encode
+        values = [dump(v).encode() for v in summary.values()]
+    lines = (b'  "%s": %s' % (k.encode(), v) for k, v in zip(summary, values, strict=True))
+    return b"{\n" + b",\n".join(lines) + b"\n}\n"
+
+
 def table(summary, top):
-    """The kernels, the call sites, the timeline with its diagnosis and the diff, as
-    aligned text."""
-    lines = [f"{'ms':>10} {'share':>6} {'launches':>8} {'mean us':>9} {'GB/s':>8}  kernel"]
-    for k in summary["proton_kernels"][:top]:
-        gbs = f"{k['gbyte_per_s']:8.0f}" if k.get("gbyte_per_s") else f"{'':8}"
-        mean = f"{k['mean_us']:9.2f}" if k["mean_us"] is not None else f"{'?':>9}"
-        n = k["launches"] if k["launches"] is not None else "?"
-        lines.append(
-            f"{k['total_ms']:10.4f} {k['share']:6.1%} {n:>8} {mean} {gbs}  {k['readable_name']}"
-        )
-    if summary["proton_callsites"]:
+    """The kernels, call sites, ranks, timeline with its diagnosis, scopes and diff, as
+    aligned text for a terminal."""
+    lines = []
+    if summary.get("proton_kernels"):
+        lines += [f"{'ms':>10} {'share':>6} {'launches':>8} {'mean us':>9} {'GB/s':>8}  kernel"]
+        for k in summary["proton_kernels"][:top]:
+            gbs = f"{k['gbyte_per_s']:8.0f}" if k.get("gbyte_per_s") else f"{'':8}"
+            mean = f"{k['mean_us']:9.2f}" if k["mean_us"] is not None else f"{'?':>9}"
+            n = k["launches"] if k["launches"] is not None else "?"
+            lines.append(f"{k['total_ms']:10.4f} {k['share']:6.1%} {n:>8} {mean} {gbs}  "
+                         f"{printable(k['readable_name'])}")  # fmt: skip
+        lines.append("(launches: each kernel's count, summed as aorta sums proton_kernel_count)")
+    if summary.get("proton_callsites"):
         lines += ["", f"{'ms':>10} {'launches':>8}  call site > kernel"]
         for site in summary["proton_callsites"][:top]:
             lines.append(f"{site['ms']:10.4f} {'':8}  {labelled(site)}")
             for k in site["kernels"]:
                 n = k["launches"] if k["launches"] is not None else "?"
-                lines.append(f"{k['ms']:10.4f} {n:>8}    > {readable(k['name'])}")
+                lines.append(f"{k['ms']:10.4f} {n:>8}    > {printable(readable(k['name']))}")
+    if summary.get("proton_ranks"):
+        lines += ["", f"{'rank':>6} {'GPU ms':>10} {'launches':>8} {'vs mean':>8}  files"]
+        mean = sum(r["gpu_time_ms"] for r in summary["proton_ranks"]) / len(summary["proton_ranks"])
+        for r in summary["proton_ranks"]:
+            n = r["kernel_count"] if r["kernel_count"] is not None else "?"
+            vs = f"{r['gpu_time_ms'] / mean:8.2f}" if mean else f"{'':8}"
+            files = ", ".join(Path(f).name for f in r["files"])
+            lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}  {printable(files)}")
+        imbalance = summary["proton_rank_imbalance"]
+        if imbalance is not None:
+            lines.append(
+                f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}"
+            )
     if "proton_timeline" in summary:
-        lines += [
-            "",
-            f"GPU busy {summary['proton_gpu_busy']:.1%} of the trace",
-            f"{'kernel ms':>10} {'span ms':>9} {'busy':>5} {'launches':>8} {'idle us':>8}  "
-            "call site",
-        ]
+        ranked = any("rank" in e for e in summary["proton_timeline"])
+        lines += ["", "timeline per call site (busy: the share of the site's span in which any "
+                  "kernel ran; idle: the median gap between its launches)",  # fmt: skip
+                  f"{'kernel ms':>10} {'span ms':>9} {'busy':>5} {'launches':>8} {'idle us':>8}  "
+                  + ("rank  " if ranked else "") + "call site"]  # fmt: skip
         for e in summary["proton_timeline"][:top]:
             idle = f"{e['median_idle_us']:8.1f}" if e["median_idle_us"] is not None else f"{'':8}"
+            rank = f"{e['rank']:>4}  " if "rank" in e else ("      " if ranked else "")
             lines.append(
                 f"{e['kernel_ms']:10.4f} {e['span_ms']:9.4f} {e['busy']:5.0%} {e['launches']:>8} "
-                f"{idle}  {labelled(e) or '(no frame of yours)'}"
+                f"{idle}  {rank}{labelled(e) or '(no frame of yours)'}"
             )
         lines += diagnosis(summary["proton_timeline"])
+    if summary.get("proton_scopes"):
+        traced = "events" in summary["proton_scopes"][0]
+        lines += [
+            "",
+            f"{'share':>6} {'cycles':>14} "
+            + (f"{'median':>8} {'p90':>8} {'events':>8}" if traced else f"{'per warp':>12}")
+            + "  kernel: scope (cycles inside the kernel, from the instrumentation backend)",
+        ]
+        for s in summary["proton_scopes"]:
+            detail = (f"{s['median_cycles']:8.0f} {s['p90_cycles']:8.0f} {s['events']:>8}"
+                      if traced else f"{s['normalized_cycles']:12.0f}")  # fmt: skip
+            lines.append(f"{s['share']:6.1%} {s['cycles']:14.0f} {detail}  "
+                         f"{printable(s['kernel'])}: {printable(s['scope'])}")  # fmt: skip
+        for s in summary.get("proton_sm_spread", []):
+            low, mid, high = s["ctas_per_sm"]
+            slow = s["slowest_sm_vs_median"]
+            lines.append(
+                f"{printable(s['kernel'])}: {s['launches']} launches over {s['sms']} SMs, "
+                f"{low:g} to {high:g} CTAs an SM a launch (median {mid:g}); the busiest SM's "
+                + (f"cycles {slow:.2f}x the median SM's" if slow else "cycles unknown")
+            )
     if "proton_diff" in summary:
         d = summary["proton_diff"]
-        lines += ["", f"against {d['base']}: GPU time {d['gpu_time_ms'][0]:.4f} -> "
+        lines += ["", f"against {printable(d['base'])}: GPU time {d['gpu_time_ms'][0]:.4f} -> "
                   f"{d['gpu_time_ms'][1]:.4f} ms", f"{'base ms':>10} {'ms':>10} {'ratio':>6}  "
                   "kernel, then call site"]  # fmt: skip
         for row in [*d["kernels"][:top], *d["callsites"][:top]]:
             ratio = f"{row['ratio']:6.2f}" if row["ratio"] is not None else f"{'new':>6}"
-            what = readable(row["name"]) if "name" in row else row["callsite"] or "(no frame)"
-            lines.append(f"{row['base_ms']:10.4f} {row['ms']:10.4f} {ratio}  {what}")
-    return "\n".join(lines) + "\n"
+            what = readable(row["name"]) if "name" in row else row["callsite"]
+            lines.append(f"{row['base_ms']:10.4f} {row['ms']:10.4f} {ratio}  {printable(what)}")
+    return "\n".join(lines).lstrip("\n") + "\n"
 
 
 def labelled(site):
     """A call site with the source line of its innermost frame, where readable here."""
-    return f"{site['callsite']}  {site['source']}" if site.get("source") else site["callsite"]
+    text = f"{site['callsite']}  {site['source']}" if site.get("source") else site["callsite"]
+    return printable(text)
 
 
 def diagnosis(entries):
-    """One line for every call site that launched 3 or more times and kept the GPU busy
-    under half of its span: its launches waited on the host."""
+    """One line for each call site that looks like a loop held back by the host: every
+    kernel of it launched 3 or more times, the GPU busy under half of the site's span, and
+    gaps between launches the size of a launch's host cost."""
     out = []
     for e in entries:
-        if e["launches"] >= 3 and e["busy"] < 0.5:
+        idle = e["median_idle_us"]
+        if (e["fewest_launches_of_a_kernel"] >= 3 and e["busy"] < 0.5 and idle is not None
+                and idle <= LAUNCH_GAP_US):  # fmt: skip
             mean_us = e["kernel_ms"] * 1e3 / e["launches"]
             out.append(
-                f"{e['callsite'] or 'kernels with no frame of yours'}: the GPU was idle "
-                f"{1 - e['busy']:.0%} of the span of its {e['launches']} launches, a median "
-                f"{e['median_idle_us']:.1f} us between launches against {mean_us:.1f} us of "
-                "kernel each: the host's launch cost bounds it, not the kernel."
+                f"{printable(e['callsite']) or 'kernels with no frame of yours'}: the GPU was "
+                f"idle {1 - e['busy']:.0%} of the span of its {e['launches']} launches, a median "
+                f"{idle:.1f} us between launches against {mean_us:.1f} us of kernel each: the "
+                "host's launch cost bounds it, not the kernel."
             )
     return ["", *out] if out else []
 
 
-def folded(chains):
-    """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read."""
-    return "".join(
-        f"{';'.join((*chain, readable(name)))} {round(k['ms'] * 1e6)}\n"
-        for chain, by_name in chains.items()
-        for name, k in by_name.items()
-    )
+def folded(sites):
+    """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read:
+    ';' in a name is escaped, so that it cannot split a frame."""
+    chains, by_chain = sites
 
+    def frame(text):
+        return printable(text).replace(";", "\\x3b")
 
-def to_json(summary):
-    """One key a line, and one list item a line, each as json.dumps writes it. The kernel
-    and call-site rows, most of a large capture's output, are formatted here: json's C
-    encoder spends more on each small dict than on its values, and this takes two thirds
-    of its time. The rest goes through one encoder (json.dumps with options builds one per
-    call; indent= falls back to the pure-Python encoder, several times slower)."""
-    dump = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
-    quote = json.encoder.encode_basestring  # a str as that encoder writes it
-
-    def number(value):  # an int or a finite float
-        return "null" if value is None else repr(value)
-
-    def kernel(k):
-        if len(k) > 6:  # with GB/s or FLOP/s
-            return dump(k)
-        return (
-            f'{{"name": {quote(k["name"])}, "readable_name": {quote(k["readable_name"])}, '
-            f'"launches": {number(k["launches"])}, "total_ms": {k["total_ms"]!r}, '
-            f'"mean_us": {number(k["mean_us"])}, "share": {k["share"]!r}}}'
-        )
-
-    def callsite(site):
-        source = "null" if site["source"] is None else quote(site["source"])
-        rows = ", ".join([
-            f'{{"name": {quote(k["name"])}, "launches": {number(k["launches"])}, '
-            f'"ms": {k["ms"]!r}}}'
-            for k in site["kernels"]
-        ])  # fmt: skip
-        return (
-            f'{{"callsite": {quote(site["callsite"])}, "source": {source}, '
-            f'"ms": {site["ms"]!r}, "kernels": [{rows}]}}'
-        )
-
-    rows = {"proton_kernels": kernel, "proton_callsites": callsite}
     lines = []
-    for key, value in summary.items():
-        if isinstance(value, list) and value:
-            items = ",\n    ".join(map(rows.get(key, dump), value))
-            lines.append(f"  {dump(key)}: [\n    {items}\n  ]")
-        else:
-            lines.append(f"  {dump(key)}: {dump(value)}")
-    return "{\n" + ",\n".join(lines) + "\n}\n"
+    for chain, by_name in by_chain.items():
+        stack = [frame(chains.frame_text(*f)) for f in chains.frames(chain)]
+        for name, (ms, _) in by_name.items():
+            lines.append(";".join([*stack, frame(readable(name))]) + f" {round(ms * 1e6)}\n")
+    return "".join(lines)
 
 
-def write_atomic(path, text):
-    """Write the whole text or leave the old file alone: temporary file, then rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+def write_output(path, text, inputs=()):
+    """Write text (str or bytes) to path: a regular file (or none yet) is replaced
+    atomically, with the mode the umask gives a new file; a symbolic link is written
+    through to its target; anything else (a device, a pipe) is written directly. Refuses
+    to write over any of inputs, (device, inode) pairs."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "backslashreplace")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        info = os.stat(path)  # through links, /dev/stdout's to a pipe included
+    except FileNotFoundError:
+        info = None
+    if info and (info.st_dev, info.st_ino) in inputs:
+        raise Refused(f"{printable(str(path)[:200])} is one of the inputs; not written over")
+    if info and not stat.S_ISREG(info.st_mode):
+        with open(path, "wb") as f:
+            f.write(data)
+        return
+    target = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
     except BaseException:
         os.unlink(tmp)
         raise
 
 
+# --- Command line ---------------------------------------------------------------------------
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         # One line and exit 2, instead of argparse's usage block.
-        print(f"parse_hatchet: error: {message}", file=sys.stderr)
+        print(f"parse_hatchet: error: {printable(message[:300])}", file=sys.stderr)
         raise SystemExit(2)
 
 
 def _positive(text):
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    if not text.isdecimal() or len(text) > 9 or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text[:30]!r}")
     return int(text)
 
 
-def captures(path):
-    """The capture files at PATH and the directory the summary names."""
-    if path.is_dir():
-        found = [p for p in path.rglob("*") if p.suffix in (".hatchet", ".chrome_trace")]
-        return sorted(found), path.resolve()
-    return [path], path.resolve().parent
+def parser():
+    p = _Parser(description=__doc__.split("\n\n")[0])
+    p.add_argument("paths", nargs="+", metavar="PATH", help="capture files, or directories")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the JSON here, not stdout")
+    p.add_argument("--table", action="store_true", help="print tables instead of JSON")
+    p.add_argument("--folded", metavar="FILE", help="also write folded stacks here")
+    p.add_argument("--top", type=_positive, default=10, metavar="N", help="table rows (default 10)")
+    p.add_argument("--diff", metavar="BASE", help="compare with this earlier capture or directory")
+    return p
 
 
-def kind(paths):
-    return {"tree" if p.suffix != ".chrome_trace" else "trace" for p in paths}
+def artifact_dir(paths):
+    """The directory a summary names, as aorta does: a directory given, or the one the
+    capture file is in (several: the directory that holds them all)."""
+    dirs = [p if p.is_dir() else p.parent for p in map(lambda p: Path(p).resolve(), paths)]
+    return os.path.commonpath(dirs) if dirs else ""
+
+
+def capture_kinds(found):
+    kinds = {kind(p) for p in found}
+    if len(kinds) > 1:
+        raise Refused(
+            "trees and traces together are captures of different runs: summarise them apart"
+        )
+    return kinds
 
 
 def main(argv=None):
-    # A capture decodes to hundreds of thousands of objects that all live until exit:
-    # the cyclic collector would walk them again and again for nothing.
-    gc.disable()
-    parser = _Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("path", metavar="PATH", help="capture file, or directory of them")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the JSON here, not stdout")
-    parser.add_argument("--table", action="store_true", help="print tables instead of JSON")
-    parser.add_argument("--folded", metavar="FILE", help="also write folded stacks here")
-    parser.add_argument(
-        "--top", type=_positive, default=10, metavar="N", help="table rows (default 10)"
-    )
-    parser.add_argument("--diff", metavar="BASE", help="compare with this earlier capture")
-    args = parser.parse_args(argv)
-
-    path = Path(args.path)
-    for given in filter(None, (args.path, args.diff)):
-        if not Path(given).exists():
-            parser.error(f"no such file or directory: {given}")
-    paths, artifact_dir = captures(path)
-    summary, chains, problem = summarize(paths, str(artifact_dir))
-
-    if problem:
-        if not paths:
-            problem += " (Triton 3.6 writes none when the script raises or calls sys.exit)"
-        # The JSON still goes to stdout, but never over a good -o file.
-        sys.stdout.write(to_json(summary))
-        print(f"parse_hatchet: {args.path}: {problem}", file=sys.stderr)
-        return 1
-    if args.diff:
-        base_paths, base_dir = captures(Path(args.diff))
-        if kind(base_paths) != kind(paths):
-            parser.error(
-                f"--diff compares captures of one kind: {args.diff} holds "
-                f"{' and '.join(sorted(kind(base_paths))) or 'none'}s, {args.path} "
-                f"{' and '.join(sorted(kind(paths)))}s"
-            )
-        base, _, base_problem = summarize(base_paths, str(base_dir))
-        if base_problem:
-            print(f"parse_hatchet: {args.diff}: {base_problem}", file=sys.stderr)
-            return 1
-        summary["proton_diff"] = diff(base, summary)
-    text = to_json(summary)
+    args = parser().parse_args(argv)
     try:
-        if args.output:
-            write_atomic(args.output, text)
-        if args.folded:
-            write_atomic(args.folded, folded(chains))
-    except OSError as e:
+        found = find_captures(args.paths)
+        kinds = capture_kinds(found)
+        inputs = {(p.stat().st_dev, p.stat().st_ino) for p in found}
+        if args.diff is not None:
+            base_found = find_captures([args.diff])
+            if capture_kinds(base_found) != kinds and base_found and found:
+                raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds "
+                              f"{''.join(capture_kinds(base_found))}s, the rest "
+                              f"{''.join(kinds)}s")  # fmt: skip
+            inputs |= {(p.stat().st_dev, p.stat().st_ino) for p in base_found}
+        if (
+            args.output
+            and args.folded
+            and os.path.realpath(args.output) == os.path.realpath(args.folded)
+        ):
+            raise Refused("-o and --folded name one file")
+    except Refused as e:
         print(f"parse_hatchet: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"parse_hatchet: error: {printable(str(e)[:300])}", file=sys.stderr)
+        return 2
+
+    summary, sites, problem = summarize(found, artifact_dir(args.paths))
+    if problem:
+        if not found:
+            problem += " (Triton 3.6 writes none when the script raises or calls sys.exit)"
+        print(f"parse_hatchet: {printable(' '.join(args.paths)[:200])}: {printable(problem)}",
+              file=sys.stderr)  # fmt: skip
+        return emit(to_json(summary), None) or 1  # the JSON to stdout, never over a good -o
+    if args.diff is not None:
+        base, base_sites, base_problem = summarize(base_found, artifact_dir([args.diff]))
+        if base_problem:
+            print(f"parse_hatchet: {printable(args.diff[:200])}: {base_problem}", file=sys.stderr)
+            return 1
+        summary["proton_diff"] = diff(base, base_sites, summary, sites, args.diff)
+    try:
+        if args.output:
+            write_output(args.output, to_json(summary), inputs)
+        if args.folded:
+            write_output(args.folded, folded(sites), inputs)
+    except Refused as e:
+        print(f"parse_hatchet: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"parse_hatchet: error: {printable(str(e)[:300])}", file=sys.stderr)
+        return 2
     if args.table:
-        sys.stdout.write(table(summary, args.top))
-    elif not args.output:
-        sys.stdout.write(text)
-    return 0
+        return emit(table(summary, args.top), 0)
+    return emit(to_json(summary), 0) if not args.output else 0
+
+
+def emit(text, status):
+    """Write text (str or bytes) to stdout; a stdout that cannot take it (closed, full)
+    is exit 2, in one line."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "backslashreplace")
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    except (OSError, ValueError) as e:  # ValueError: stdout closed
+        # Nothing more may reach the broken stdout, not even at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"parse_hatchet: error: cannot write to stdout: {printable(str(e))}", file=sys.stderr)
+        return 2
+    return status
 
 
 if __name__ == "__main__":
-    status = main()
-    if status:
-        raise SystemExit(status)
+    raise SystemExit(main())

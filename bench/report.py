@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from parse_hatchet import write_atomic  # noqa: E402
+from parse_hatchet import write_output  # noqa: E402
 
 PEERS = ["torch.softmax", "torch.compile", "liger"]
 CANDIDATES = ["softmax.py", *PEERS, "copy"]
@@ -167,13 +167,13 @@ def plot(results, stem):
 def update_readme(text, readme=ROOT / "README.md"):
     old = readme.read_text()
     start, end = old.index(BEGIN), old.index(END) + len(END)
-    write_atomic(readme, old[:start] + text + old[end:])
+    write_output(readme, old[:start] + text + old[end:])
 
 
 def write_all(json_path):
     results = json.loads(Path(json_path).read_text())
     stem = Path(json_path).with_suffix("")
-    write_atomic(stem.with_suffix(".md"), table(results))
+    write_output(stem.with_suffix(".md"), table(results))
     plot(results, stem)
     update_readme(section(results, Path(json_path).resolve()))
     print(f"report: wrote {stem}.md, {stem}-<dtype>.png and README.md's Performance section")

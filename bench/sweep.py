@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import report  # noqa: E402
 
 import softmax as sm  # noqa: E402
-from parse_hatchet import write_atomic  # noqa: E402
+from parse_hatchet import write_output  # noqa: E402
 
 SHAPES = [(4096, c) for c in (256, 512, 1024, 2048, 4096, 8192, 16384)]
 SHAPES += [(65536, 2048), (1024, 65536), (512, 131072), (256, 262144)]
@@ -204,7 +204,7 @@ def main():
     print(f"sweep: profiling {json.dumps(results['profiling'])}", flush=True)
 
     path = args.out / f"{report.slug(results['device'])}.json"
-    write_atomic(path, json.dumps(results, indent=1) + "\n")
+    write_output(path, json.dumps(results, indent=1) + "\n")
     report.write_all(path)
     if not all(p["correct"] for p in results["points"]):
         raise SystemExit(1)
