@@ -9,6 +9,10 @@ ROWS ?= 4096
 COLS ?= 1024
 ITERS ?= 20
 DTYPE ?= float32
+# Processes, one a GPU: more than 1 starts softmax.py through torch's launcher.
+NPROC ?= 1
+# intra-trace records every warp's scopes: its launches after the checked one.
+TRACE_ITERS ?= 1
 RECIPE ?= recipe.yaml
 OUT ?= profiling_results
 PYTEST_ARGS ?=
@@ -18,22 +22,21 @@ ROCM_BASE ?= rocm/pytorch:rocm7.14_ubuntu24.04_py3.12_pytorch_release_2.11.0
 NVIDIA_BASE ?= pytorch/pytorch:2.11.0-cuda12.8-cudnn9-devel
 BASE_IMAGE ?= $(if $(filter nvidia,$(GPU)),$(NVIDIA_BASE),$(ROCM_BASE))
 IMAGE ?= triton-softmax:$(GPU)
-ROCM_FLAGS := --device=/dev/kfd --device=/dev/dri --group-add video --ipc=host \
-  --security-opt seccomp=unconfined
-NVIDIA_FLAGS := --gpus all --ipc=host
-DOCKER_RUN = docker run --rm $(if $(filter nvidia,$(GPU)),$(NVIDIA_FLAGS),$(ROCM_FLAGS)) \
-  -v "$(CURDIR):/work" -w /work $(IMAGE)
+
+# A value as one shell word, whatever it holds: single-quoted, each ' written as '\''.
+q = '$(subst ','\'',$(1))'
 
 PY := $(VENV)/bin/python
 SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help setup run profile trace view bench bench-report bench-parse test test-gpu lint clean \
-  docker-build docker-run docker-profile docker-test
+.PHONY: help setup run profile trace intra intra-trace view bench bench-report bench-parse \
+  test test-gpu lint clean docker-build docker-run docker-profile docker-test
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: PYTHON VENV TORCH TRITON ROWS COLS ITERS DTYPE RECIPE OUT PYTEST_ARGS"
-	@echo "             GPU (rocm|nvidia) ROCM_BASE NVIDIA_BASE BASE_IMAGE IMAGE"
+	@echo "  variables: PYTHON VENV TORCH TRITON ROWS COLS ITERS DTYPE NPROC TRACE_ITERS RECIPE"
+	@echo "             OUT PYTEST_ARGS GPU (rocm|nvidia) ROCM_BASE NVIDIA_BASE BASE_IMAGE IMAGE"
 
 setup: $(VENV)/.installed ## make .venv: the platform's torch and triton, plus requirements-dev.txt
 
@@ -41,69 +44,107 @@ setup: $(VENV)/.installed ## make .venv: the platform's torch and triton, plus r
 # the same when PYTHON is itself a virtual environment (as in ROCm's images), whose
 # packages --system-site-packages would not reach.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
-	$(PYTHON) -m venv --system-site-packages $(VENV)
-	$(PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
-	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/platform.pth"
-	$(PY) -c 'import torch' 2>/dev/null || $(PY) -m pip install -q '$(TORCH)'
-	$(PY) -c 'import triton' 2>/dev/null || $(PY) -m pip install -q '$(TRITON)'
-	$(PY) -m pip install -q -r requirements-dev.txt
-	touch $@
+	@echo "setup: $(VENV) from $(PYTHON), seeing its torch and triton; installing what is missing"
+	$(call q,$(PYTHON)) -m venv --system-site-packages $(call q,$(VENV))
+	$(call q,$(PYTHON)) -c 'import site; print("\n".join(site.getsitepackages()))' \
+	  > "$$($(call q,$(PY)) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/platform.pth"
+	$(call q,$(PY)) -c 'import torch' 2>/dev/null || { echo "setup: installing $(TORCH) (CPU machines: a minute)"; \
+	  $(call q,$(PY)) -m pip install -q $(call q,$(TORCH)); }
+	$(call q,$(PY)) -c 'import triton' 2>/dev/null || { echo "setup: installing $(TRITON)"; \
+	  $(call q,$(PY)) -m pip install -q $(call q,$(TRITON)); }
+	@echo "setup: installing requirements-dev.txt (PyYAML, llnl-hatchet, cxxfilt, msgspec, pytest, linters)"
+	$(call q,$(PY)) -m pip install -q -r requirements-dev.txt
+	touch $(call q,$@)
+
+# softmax.py's command line, and the command that starts it: its interpreter, or torch's
+# launcher with NPROC processes, each capture then named after its rank.
+ARGS = --rows $(call q,$(ROWS)) --cols $(call q,$(COLS)) --dtype $(call q,$(DTYPE))
+START = $(if $(filter 1,$(NPROC)),$(call q,$(PY)),$(call q,$(PY)) -m torch.distributed.run \
+  --standalone --nproc-per-node $(call q,$(NPROC)))
+PROFILE = ./profile.sh --recipe $(call q,$(RECIPE))
 
 run: setup ## check the kernel against torch.softmax (ROWS COLS ITERS DTYPE)
-	$(PY) softmax.py --rows $(ROWS) --cols $(COLS) --iters $(ITERS) --dtype $(DTYPE)
+	$(call q,$(PY)) softmax.py $(ARGS) --iters $(call q,$(ITERS))
 
-profile: setup ## run softmax.py under Proton as RECIPE says; results in OUT
-	./profile.sh --recipe '$(RECIPE)' --output '$(OUT)' -- \
-	  $(PY) softmax.py --rows $(ROWS) --cols $(COLS) --iters $(ITERS) --dtype $(DTYPE)
+profile: setup ## run softmax.py under Proton as RECIPE says; results in OUT/profile (NPROC)
+	$(PROFILE) --output $(call q,$(OUT)/profile) -- $(START) softmax.py $(ARGS) --iters $(call q,$(ITERS))
 
-trace: setup ## the same run captured as a trace (every launch on a timeline); results in OUT
-	./profile.sh --recipe '$(RECIPE)' --output '$(OUT)' --data trace -- \
-	  $(PY) softmax.py --rows $(ROWS) --cols $(COLS) --iters $(ITERS) --dtype $(DTYPE)
+trace: setup ## the same as a trace: every launch on a timeline; results in OUT/trace
+	$(PROFILE) --output $(call q,$(OUT)/trace) --data trace -- \
+	  $(START) softmax.py $(ARGS) --iters $(call q,$(ITERS))
+
+intra: setup ## cycles of the scopes inside the kernel (instrumentation backend); OUT/intra
+	$(PROFILE) --output $(call q,$(OUT)/intra) --backend instrumentation -- \
+	  $(START) softmax.py $(ARGS) --iters $(call q,$(ITERS))
+
+intra-trace: setup ## every warp's scopes on a timeline, TRACE_ITERS launches; OUT/intra-trace
+	$(PROFILE) --output $(call q,$(OUT)/intra-trace) --backend instrumentation --data trace -- \
+	  $(START) softmax.py $(ARGS) --iters $(call q,$(TRACE_ITERS))
 
 # function_line keeps python-context names to "line@function" instead of full paths.
-view: setup ## print the last capture's tree (proton-viewer -m time/ms)
-	$(PY) -m triton.profiler.viewer -m time/ms -f function_line '$(OUT)/proton.hatchet'
+view: setup ## print make profile's tree (proton-viewer -m time/ms)
+	@dir=$(call q,$(OUT)/profile); f=$$dir/proton.hatchet; [[ -f $$f ]] || f=$$dir/proton.rank0.hatchet; \
+	  [[ -f $$f ]] || { echo "make view: no capture in $$dir: run make profile first" >&2; exit 1; }; \
+	  $(call q,$(PY)) -m triton.profiler.viewer -m time/ms -f function_line "$$f"
 
 bench: setup $(VENV)/.bench ## GPU only: device, loop and host time against peers, into bench/results
-	$(PY) bench/sweep.py
+	$(call q,$(PY)) bench/sweep.py
 
 $(VENV)/.bench: bench/requirements.txt
-	$(PY) -m pip install -q -r bench/requirements.txt
-	touch $@
+	$(call q,$(PY)) -m pip install -q -r bench/requirements.txt
+	touch $(call q,$@)
 
 bench-report: setup ## redraw bench/results' tables, plots and README section (no GPU)
-	$(PY) bench/report.py
+	$(call q,$(PY)) bench/report.py
 
-bench-parse: setup ## parse_hatchet.py's speed on large trees of two shapes against json.load
-	$(PY) bench/parse_speed.py
+bench-parse: setup ## parse_hatchet.py's speed on large trees and traces against json.load
+	$(call q,$(PY)) bench/parse_speed.py
 
 test: setup ## run the CPU tests (GPU tests skip themselves)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(call q,$(PY)) -m pytest $(PYTEST_ARGS)
 
 test-gpu: setup ## run only the GPU tests
-	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
+	$(call q,$(PY)) -m pytest -m gpu $(PYTEST_ARGS)
 
 lint: setup ## ruff, shellcheck and hadolint
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/shellcheck $(wildcard *.sh) .ci/run
-	$(VENV)/bin/hadolint Dockerfile
+	$(call q,$(VENV)/bin/ruff) check .
+	$(call q,$(VENV)/bin/ruff) format --check .
+	$(call q,$(VENV)/bin/shellcheck) profile.sh .ci/run
+	$(call q,$(VENV)/bin/hadolint) Dockerfile
+
+# Removes only what lies inside this checkout and git does not track: a VENV or OUT
+# elsewhere (/, .., ~, another absolute path) is refused, not deleted.
+clean: ## remove .venv, caches and profiling results
+	@for path in $(call q,$(VENV)) $(call q,$(OUT)); do \
+	  real=$$(realpath -m -- "$$path"); \
+	  if [[ $$path == "~"* || $$real != "$(CURDIR)"/?* ]] || git ls-files --error-unmatch -- "$$real" >/dev/null 2>&1; then \
+	    echo "make clean: refusing to delete $$path: not an untracked path inside $(CURDIR)" >&2; exit 2; \
+	  fi; \
+	done
+	rm -rf -- $(call q,$(VENV)) .pytest_cache .ruff_cache $(call q,$(OUT))
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# The container runs as root (it needs the GPU devices); the results are handed back to
+# whoever ran make. OUT must lie in this checkout, which the container mounts at /work.
+ROCM_FLAGS := --device=/dev/kfd --device=/dev/dri --group-add video --ipc=host \
+  --security-opt seccomp=unconfined
+NVIDIA_FLAGS := --gpus all --ipc=host
+DOCKER_RUN = docker run --rm $(if $(filter nvidia,$(GPU)),$(NVIDIA_FLAGS),$(ROCM_FLAGS)) \
+  -v $(call q,$(CURDIR)):/work -w /work $(call q,$(IMAGE))
+MAKE_VARS = ROWS=$(call q,$(ROWS)) COLS=$(call q,$(COLS)) ITERS=$(call q,$(ITERS)) \
+  DTYPE=$(call q,$(DTYPE)) NPROC=$(call q,$(NPROC))
 
 docker-build: ## build IMAGE from BASE_IMAGE (GPU=nvidia for the CUDA image)
-	docker build --build-arg BASE_IMAGE='$(BASE_IMAGE)' -t '$(IMAGE)' .
+	docker build --build-arg BASE_IMAGE=$(call q,$(BASE_IMAGE)) -t $(call q,$(IMAGE)) .
 
 docker-run: ## make run in the container
-	$(DOCKER_RUN) make run ROWS=$(ROWS) COLS=$(COLS) ITERS=$(ITERS) DTYPE=$(DTYPE)
+	$(DOCKER_RUN) make run $(MAKE_VARS)
 
-# The container runs as root (it needs the GPU devices); the results are handed back
-# to whoever ran make.
-docker-profile: ## make profile in the container; results in ./OUT, owned by you
-	$(DOCKER_RUN) sh -c 'make profile OUT=$(OUT) RECIPE=$(RECIPE) ROWS=$(ROWS) COLS=$(COLS) \
-	  ITERS=$(ITERS) DTYPE=$(DTYPE); s=$$?; chown -R $(shell id -u):$(shell id -g) $(OUT); exit $$s'
+docker-profile: ## make profile in the container; results in ./OUT/profile, owned by you
+	@real=$$(realpath -m -- $(call q,$(OUT))); [[ $$real == "$(CURDIR)"/?* ]] || \
+	  { echo "make docker-profile: OUT must lie inside $(CURDIR), the folder the container sees" >&2; exit 2; }
+	$(DOCKER_RUN) sh -c 'owner=$$0 out=$$1; shift; make profile "$$@"; s=$$?; chown -R "$$owner" -- "$$out"; exit $$s' \
+	  "$$(id -u):$$(id -g)" $(call q,$(OUT)) OUT=$(call q,$(OUT)) RECIPE=$(call q,$(RECIPE)) $(MAKE_VARS)
 
 docker-test: ## make test in the container (GPU tests included)
 	$(DOCKER_RUN) make test
-
-clean: ## remove .venv, caches and profiling results
-	rm -rf $(VENV) .pytest_cache .ruff_cache $(OUT)
-	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -25,7 +25,7 @@ def test_dockerfile_pins_a_rocm_base_and_installs_no_torch():
 def make_n(*args):
     p = run("make", "--no-print-directory", "-n", *args)
     assert p.returncode == 0, p.stderr
-    return shlex.split(p.stdout)
+    return shlex.split(p.stdout.replace("\\\n", " "))  # joined where make continued a line
 
 
 ROCM = ["--device=/dev/kfd", "--device=/dev/dri", "--group-add", "video", "--ipc=host",
@@ -35,10 +35,12 @@ ROCM = ["--device=/dev/kfd", "--device=/dev/dri", "--group-add", "video", "--ipc
 @pytest.mark.parametrize("target", ["docker-run", "docker-profile", "docker-test"])
 def test_docker_flags_for_each_gpu_kind(target):
     rocm = make_n(target)
+    rocm = rocm[rocm.index("docker") :]  # docker-profile checks OUT first
     assert rocm[:3] == ["docker", "run", "--rm"] and rocm[3:10] == ROCM
     assert rocm[10:14] == ["-v", f"{ROOT}:/work", "-w", "/work"]
     assert rocm[14] == "triton-softmax:rocm"
     nvidia = make_n(target, "GPU=nvidia")
+    nvidia = nvidia[nvidia.index("docker") :]
     assert nvidia[3:6] == ["--gpus", "all", "--ipc=host"] and "/dev/kfd" not in " ".join(nvidia)
     assert "triton-softmax:nvidia" in nvidia
 
@@ -54,6 +56,15 @@ def test_docker_build_picks_the_base_image():
     assert custom[3] == "BASE_IMAGE=rocm/pytorch@sha256:abc" and custom[5] == "me/x:1"
 
 
-def test_docker_profile_hands_results_back():
-    cmd = make_n("docker-profile", "OUT=res")[-1]
-    assert "make profile OUT=res" in cmd and "chown -R" in cmd and "exit $s" in cmd
+def test_docker_profile_hands_results_back_and_quotes_every_value():
+    words = make_n("docker-profile", "OUT=my res", "ROWS=4; touch /tmp/x")
+    script, owner, out, *args = words[words.index("-c") + 1 :]
+    assert "make profile" in script and 'chown -R "$owner" -- "$out"' in script
+    assert owner == "$(id -u):$(id -g)" and out == "my res"
+    assert "OUT=my res" in args and "ROWS=4; touch /tmp/x" in args
+
+
+@pytest.mark.parametrize("out", ["/", "..", "/tmp/elsewhere"])
+def test_docker_profile_refuses_an_out_the_container_cannot_see(out):
+    p = run("make", "--no-print-directory", "docker-profile", f"OUT={out}")
+    assert p.returncode == 2 and "OUT must lie inside" in p.stderr
