@@ -77,8 +77,10 @@ intra: setup ## cycles of the scopes inside the kernel (instrumentation backend)
 	$(PROFILE) --output $(call q,$(OUT)/intra) --backend instrumentation -- \
 	  $(START) softmax.py $(ARGS) --iters $(call q,$(ITERS))
 
+# Shadow context: a Python call stack on each of the trace's events would quadruple it.
 intra-trace: setup ## every warp's scopes on a timeline, TRACE_ITERS launches; OUT/intra-trace
-	$(PROFILE) --output $(call q,$(OUT)/intra-trace) --backend instrumentation --data trace -- \
+	$(PROFILE) --output $(call q,$(OUT)/intra-trace) --backend instrumentation --data trace \
+	  --context shadow -- \
 	  $(START) softmax.py $(ARGS) --iters $(call q,$(TRACE_ITERS))
 
 # function_line keeps python-context names to "line@function" instead of full paths.
@@ -100,11 +102,12 @@ bench-report: setup ## redraw bench/results' tables, plots and README section (n
 bench-parse: setup ## parse_hatchet.py's speed on large trees and traces against json.load
 	$(call q,$(PY)) bench/parse_speed.py
 
+# PYTEST_ARGS reaches pytest as one word, through PYTEST_ADDOPTS, which pytest splits.
 test: setup ## run the CPU tests (GPU tests skip themselves)
-	$(call q,$(PY)) -m pytest $(PYTEST_ARGS)
+	PYTEST_ADDOPTS=$(call q,$(PYTEST_ARGS)) $(call q,$(PY)) -m pytest
 
 test-gpu: setup ## run only the GPU tests
-	$(call q,$(PY)) -m pytest -m gpu $(PYTEST_ARGS)
+	PYTEST_ADDOPTS=$(call q,$(PYTEST_ARGS)) $(call q,$(PY)) -m pytest -m gpu
 
 lint: setup ## ruff, shellcheck and hadolint
 	$(call q,$(VENV)/bin/ruff) check .

@@ -260,46 +260,35 @@ def frame_of(name):
 
 class Chains:
     """Chains of the user's frames, outermost first, each stored once and known by an int
-    (0: the empty chain). A frame repeated by recursion extends its chain's last link's
-    count instead of the chain, so that a recursion n deep costs one link, not n."""
+    (0: the empty chain). A frame repeated by recursion counts up its chain's last link
+    instead of adding one, so that a recursion n deep costs one link, not n."""
 
     def __init__(self):
-        self.links = [None]  # id -> (parent id, file, line, function, repeats)
+        self.links = [(0, None, 0)]  # id -> (parent id, (file, line, function), repeats)
         self.ids = {}
-        self.steps = {}  # (chain id, frame name) -> chain id, for names met again
         self.texts = {0: ""}
         self.names = {}  # file -> the name shown for it, once every chain is known
 
     def step(self, chain, name):
         """The chain with the frame named name added (the same chain for a node that is
         not a user frame), and whether name is a python frame."""
-        key = (chain, name)
-        found = self.steps.get(key)
+        frame = frame_of(name)
+        if not frame:
+            return chain, frame is not None
+        parent, last, repeats = self.links[chain]
+        key = (parent, frame, repeats + 1) if last == frame else (chain, frame, 1)
+        found = self.ids.get(key)
         if found is None:
-            frame = frame_of(name)
-            found = (chain if not frame else self._add(chain, *frame)), frame is not None
-            self.steps[key] = found
-        return found
-
-    def _add(self, chain, file, line, func):
-        last = self.links[chain]
-        if last is not None and last[1:4] == (file, line, func):
-            key = (last[0], file, line, func, last[4] + 1)
-        else:
-            key = (chain, file, line, func, 1)
-        chain = self.ids.get(key)
-        if chain is None:
-            chain = self.ids[key] = len(self.links)
+            found = self.ids[key] = len(self.links)
             self.links.append(key)
-        return chain
+        return found, True
 
     def frames(self, chain):
         """(file, line, function, repeats) of each link, outermost first."""
         out = []
         while chain:
-            parent, *frame = self.links[chain]
-            out.append(tuple(frame))
-            chain = parent
+            chain, frame, repeats = self.links[chain]
+            out.append((*frame, repeats))
         return out[::-1]
 
     def frame_text(self, file, line, func, repeats):
@@ -315,7 +304,8 @@ class Chains:
             chain = self.links[chain][0]
         text = self.texts[chain]
         for chain in reversed(pending):
-            part = self.frame_text(*self.links[chain][1:])
+            _, frame, repeats = self.links[chain]
+            part = self.frame_text(*frame, repeats)
             text = self.texts[chain] = f"{text} > {part}" if text else part
         return text
 
@@ -423,7 +413,6 @@ def walk_tree(roots, chains, totals):
     order): each leaf with a usable time is a kernel's launches, summed by name and by
     the chain of the user's frames above it; a node with `cycles` is a scope of the kernel
     above it (the instrumentation backend)."""
-    steps = chains.steps
     stack = [(iter(roots), 0, None)]  # (children, chain, kernel above)
     while stack:
         children, chain, kernel = stack[-1]
@@ -440,7 +429,7 @@ def walk_tree(roots, chains, totals):
                 totals.add_scope(kernel, name, metrics)
             below = node.get("children")
             if below and type(below) is list:  # walked whatever its frame, as aorta does
-                inner, is_python = steps.get((chain, name)) or chains.step(chain, name)
+                inner, is_python = chains.step(chain, name)
                 totals.python = totals.python or is_python
                 above = kernel if is_python or name == "ROOT" or "cycles" in metrics else name
                 stack.append((iter(below), inner, above))
@@ -671,9 +660,9 @@ def summarize(paths, artifact_dir):
         print(f"parse_hatchet: combined {len(read)} captures: {', '.join(map(str, read))}",
               file=sys.stderr)  # fmt: skip
 
-    chains.names = short_names({link[1] for link in chains.links[1:]})
+    chains.names = short_names({frame[0] for _, frame, _ in chains.links[1:]})
     sources = Sources()
-    source_of = lambda chain: sources.line(*chains.links[chain][1:3]) if chain else None  # noqa: E731
+    source_of = lambda chain: sources.line(*chains.links[chain][1][:2]) if chain else None  # noqa: E731
     kernels, scopes = totals.kernels, totals.scopes
     by_chain = {}
     for (chain, name), sums in totals.sites.items():
@@ -734,7 +723,7 @@ def summarize(paths, artifact_dir):
         summary["proton_scopes"] = scope_rows(scopes)
     if scope_events:
         summary["proton_scopes"], summary["proton_sm_spread"] = scope_summary(scope_events)
-    if ranks:
+    if ranks and kernels:  # scopes alone have no time to compare ranks by
         if unranked := [p for p in read if rank_of(p) is None]:
             warn(f"left out of proton_ranks, with no rank<N> in their names: {unranked}")
         summary["proton_ranks"] = [ranks[r] for r in sorted(ranks)]

@@ -3,12 +3,12 @@
 # capture, and summarise it into OUT/summary.json.
 #
 #   ./profile.sh [--recipe FILE] [--output DIR] [--data tree|trace] [--backend NAME]
-#                [--dry-run] [-- COMMAND ...]
+#                [--context shadow|python] [--dry-run] [-- COMMAND ...]
 #
 # COMMAND runs a .py script: through its interpreter (python softmax.py ...), or through
 # a launcher that starts it once per rank (torchrun ... softmax.py ..., srun torchrun
-# ...), each rank then writing OUT/proton.rank<R>.<ext>. --data and --backend override
-# the recipe's for this run. --dry-run prints what would run, and runs nothing.
+# ...), each rank then writing OUT/proton.rank<R>.<ext>. --data, --backend and --context
+# override the recipe's for this run. --dry-run prints what would run, and runs nothing.
 # Exit status: the workload's own when it fails; 1 no usable capture; 2 usage, a
 # refused recipe, or no GPU visible.
 set -euo pipefail
@@ -19,6 +19,7 @@ out=profiling_results
 dry_run=0
 data=
 backend=
+context=
 cmd=(python softmax.py --rows 4096 --cols 1024 --iters 20)
 
 die() { echo "profile.sh: error: $2" >&2; exit "$1"; }
@@ -29,9 +30,10 @@ while (($#)); do
     --output) (($# >= 2)) || die 2 "--output needs a directory"; out=$2; shift 2 ;;
     --data) (($# >= 2)) || die 2 "--data needs tree or trace"; data=$2; shift 2 ;;
     --backend) (($# >= 2)) || die 2 "--backend needs a name"; backend=$2; shift 2 ;;
+    --context) (($# >= 2)) || die 2 "--context needs shadow or python"; context=$2; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --) shift; (($#)) || die 2 "no command after --"; cmd=("$@"); break ;;
-    -h|--help) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) die 2 "unknown argument: ${1:0:60} (see --help)" ;;
   esac
 done
@@ -61,7 +63,7 @@ py=${py:-python3}
 command -v -- "$py" >/dev/null || die 2 "no interpreter ${py:0:200}"
 
 status=0
-options=$("$py" -I "$here/recipe.py" "$recipe" "$data" "$backend") || status=$?
+options=$("$py" -I "$here/recipe.py" "$recipe" "$data" "$backend" "$context") || status=$?
 ((status != 2)) || exit 2  # recipe.py said why
 ((status == 0)) || die 2 "$py could not read the recipe (exit $status)"
 mapfile -t o <<<"$options"  # one a line, as recipe.py's FIELDS; the empty ones last

@@ -1,10 +1,10 @@
 """Read an aorta recipe's collect.proton block and check it as aorta does.
 
-    python -I recipe.py RECIPE [DATA] [BACKEND]
+    python -I recipe.py RECIPE [DATA] [BACKEND] [CONTEXT]
 
 Prints the options profile.sh needs, one a line, in the order of FIELDS (an unset one
-as an empty line); DATA and BACKEND, when not empty, override the recipe's for one run
-and are checked the same way. profile.sh runs this with the workload's own interpreter,
+as an empty line); DATA, BACKEND and CONTEXT, when not empty, override the recipe's for
+one run and are checked the same way. profile.sh runs this with the workload's own interpreter,
 in isolated mode (-I), so that nothing in the current folder is imported.
 Exit status: 0, or 2 with one line on stderr for a recipe aorta would refuse.
 """
@@ -58,7 +58,7 @@ def short(value):
     return {"list": "a list", "dict": "a mapping"}.get(type(value).__name__, "a value")
 
 
-def options(recipe, data=None, backend=None):
+def options(recipe, data=None, backend=None, context=None):
     """collect.proton of a decoded recipe, checked, with the defaults filled in and
     proton_mode, the string Proton's --mode takes (or None)."""
     collect = recipe.get("collect") if isinstance(recipe, dict) else None
@@ -73,7 +73,9 @@ def options(recipe, data=None, backend=None):
             raise Refused(f"collect.proton.{key} must be a string, got {short(value)}")
     # aorta compares the values stripped and lower-cased.
     chosen = {**DEFAULTS, **{key: value.strip().lower() for key, value in proton.items()}}
-    for flag, key, value in (("--data", "data", data), ("--backend", "backend", backend)):
+    overrides = (("--data", "data", data), ("--backend", "backend", backend),
+                 ("--context", "context", context))  # fmt: skip
+    for flag, key, value in overrides:
         if value and value not in ALLOWED[key]:
             raise Refused(f"{flag}: {short(value)} is not one of {', '.join(ALLOWED[key])}")
         chosen[key] = value or chosen[key]
@@ -129,7 +131,7 @@ def options(recipe, data=None, backend=None):
 
 
 def main(argv):
-    path, data, backend = (argv + ["", ""])[:3]
+    path, data, backend, context = (argv + ["", "", ""])[:4]
     try:
         import yaml
     except ImportError:
@@ -138,7 +140,7 @@ def main(argv):
         return 2
     try:
         with open(path, encoding="utf-8") as f:
-            chosen = options(yaml.safe_load(f), data, backend)
+            chosen = options(yaml.safe_load(f), data, backend, context)
     except OSError as e:
         print(f"profile.sh: error: {path}: {(e.strerror or str(e)).lower()}", file=sys.stderr)
         return 2

@@ -43,13 +43,15 @@ _HIP = torch.version.hip is not None
 TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 2**-8, torch.float16: 2**-11}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
-# Rows up to this many columns are held whole in one program's registers; longer rows
-# are cut into tiles of TILE_COLS. Short rows are grouped so that one program holds at
-# least TILE_ELEMS elements, at about ELEMS_PER_THREAD a thread. All were swept on the
-# H200: fewer elements per program leave too few loads in flight to hide memory
-# latency, more add warps that only wait. The tests lower them to exercise each path.
+# Rows up to this many columns are held whole in one program's registers. Longer rows
+# are cut into tiles: of ONE_PASS_COLS when one kernel reads them once, of TILE_COLS for
+# the two-kernel path. Short rows are grouped so that one program holds at least
+# TILE_ELEMS elements, at about ELEMS_PER_THREAD a thread. All were swept on the H200:
+# fewer elements per program leave too few loads in flight to hide memory latency, more
+# add warps that only wait. The tests lower them to exercise each path.
 MAX_FUSED_COLS = 16384
-TILE_COLS = 8192
+ONE_PASS_COLS = 8192
+TILE_COLS = 4096
 TILE_ELEMS = 1024
 ELEMS_PER_THREAD = 16
 # The interpreter runs a program at a time with NumPy: few, large programs are fastest.
@@ -214,43 +216,64 @@ def softmax_normalize_kernel(
 
 
 def launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems=TILE_ELEMS):
-    """The path for a shape on a device of n_sms SMs (CUs on AMD), and its launch:
-    ("fused", BLOCK_M, BLOCK_N, num_warps) for rows held whole by one program,
-    ("long", 0, BLOCK_N, num_warps) for rows cut into tiles of BLOCK_N columns."""
+    """Tile shape and warps for rows held whole on a device of n_sms SMs (CUs on AMD):
+    (BLOCK_M rows of BLOCK_N columns a program, num_warps); None for longer rows."""
     if n_cols > MAX_FUSED_COLS:
-        return "long", 0, TILE_COLS, max(1, TILE_COLS // (2 * ELEMS_PER_THREAD * warp_size))
+        return None
     block_n = triton.next_power_of_2(n_cols)
     # Short rows share a program, so that each program still loads a full tile; but
     # keep at least two programs per SM, or part of the GPU sits idle.
     most = max(1, n_rows // (2 * n_sms))
     block_m = max(1, min(tile_elems // block_n, 1 << (most.bit_length() - 1)))
     num_warps = block_m * block_n // (ELEMS_PER_THREAD * warp_size)
-    return "fused", block_m, block_n, max(1, min(16, num_warps))
+    return block_m, block_n, max(1, min(16, num_warps))
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(n_rows, n_cols, device):
-    """launch_config for a shape on a device index, settled into one of three kernels,
-    with its grid: (kernel name, BLOCK_M, BLOCK_N, num_warps, grid, n_tiles, TILES).
-    Worked out once per shape: it costs microseconds of host time."""
+def _plan(n_rows, n_cols, device, itemsize):
+    """The kernel for a shape and element size on a device index, and its launch:
+    (kernel name, BLOCK_M, BLOCK_N, num_warps, grid, n_tiles, TILES). Worked out once
+    per shape: it costs microseconds of host time."""
     if INTERPRET:  # one 'SM', and large programs: few programs to interpret
         n_sms, warp_size, tile_elems = 1, 32, INTERPRETER_TILE_ELEMS
     else:
         props = torch.cuda.get_device_properties(device)
         n_sms, warp_size, tile_elems = props.multi_processor_count, props.warp_size, TILE_ELEMS
-    path, block_m, block_n, num_warps = launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems)
-    if path == "fused":
-        grid = (triton.cdiv(n_rows, block_m), 1, 1)
-        return "softmax_kernel", block_m, block_n, num_warps, grid, 0, 0
-    n_tiles = triton.cdiv(n_cols, block_n)
-    tiles = triton.next_power_of_2(n_tiles)
-    # The single-read kernel needs all of a row's programs on the GPU at once: one a SM
-    # always fits. The interpreter runs programs one after another, so a program that
-    # waits for another would wait forever there.
-    if not INTERPRET and n_tiles <= n_sms:
+    fused = launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems)
+    if fused:
+        block_m, block_n, num_warps = fused
+        return (
+            "softmax_kernel",
+            block_m,
+            block_n,
+            num_warps,
+            (triton.cdiv(n_rows, block_m), 1, 1),
+            0,
+            0,
+        )
+    # One kernel reading each row once needs all of a row's programs on the GPU at once:
+    # one an SM always fits. The interpreter runs programs one after another, so a
+    # program that waits for another would wait forever there. On the H200 it reached
+    # 0.76 to 0.93 of copy in float32 (two kernels: 0.64 to 0.67), but half types, with
+    # half the bytes in flight a tile, did not gain: they keep two kernels.
+    n_tiles = triton.cdiv(n_cols, ONE_PASS_COLS)
+    if not INTERPRET and itemsize == 4 and n_tiles <= n_sms:
+        num_warps = max(1, ONE_PASS_COLS // (ELEMS_PER_THREAD * 2 * warp_size))
         grid = (n_rows * n_tiles, 1, 1)
-        return "softmax_long_rows_kernel", 0, block_n, num_warps, grid, n_tiles, tiles
-    return "softmax_partials_kernel", 0, block_n, num_warps, (n_rows, n_tiles, 1), n_tiles, tiles
+        tiles = triton.next_power_of_2(n_tiles)
+        return "softmax_long_rows_kernel", 0, ONE_PASS_COLS, num_warps, grid, n_tiles, tiles
+    n_tiles = triton.cdiv(n_cols, TILE_COLS)
+    num_warps = max(1, TILE_COLS // (ELEMS_PER_THREAD * 2 * warp_size))
+    grid = (n_rows, n_tiles, 1)
+    return (
+        "softmax_partials_kernel",
+        0,
+        TILE_COLS,
+        num_warps,
+        grid,
+        n_tiles,
+        triton.next_power_of_2(n_tiles),
+    )
 
 
 # Launching as `kernel[grid](...)` binds and specialises every argument and builds a
@@ -258,24 +281,25 @@ def _plan(n_rows, n_cols, device):
 # 6 us at the default shape. So the first call for a key compiles the kernel (or finds
 # it in Triton's cache) with kernel.warmup(...), and later calls launch that compiled
 # kernel as compiled[grid](...), as Triton's fused-softmax tutorial does: about 12 us.
-_compiled = {}
+_launches = {}  # (kernel, key) -> compiled[grid]: the kernel compiled for key, on its grid
+_HERE = contextlib.nullcontext()
 
 
-def _key(x, device, strides, plan):
+def _key(x, device):
     """What the compiled kernels of a softmax(x) call depend on, or finer.
 
-    Every launch argument follows from x's device, dtype, shape and strides and from
-    the plan (out and the workspaces are new, contiguous allocations). Triton further
-    specialises pointers on 16-byte alignment and, on AMD, on a storage under 2 GiB
-    (buffer loads); and compiles in the global options that kernel[grid] reads on every
-    launch (debugging, Proton's instrumentation mode, 3.9's float sanitizer).
+    Every launch argument follows from x's device, dtype, shape and strides (out and the
+    workspaces are new, contiguous allocations; the plan follows from the shape).
+    Triton further specialises pointers on 16-byte alignment and, on AMD, on a storage
+    under 2 GiB (buffer loads); and compiles in the global options that kernel[grid]
+    reads on every launch (debugging, Proton's instrumentation mode, 3.9's float
+    sanitizer).
     """
     return (
         device,
         x.dtype,
         *x.shape,
-        *strides,
-        plan,
+        *x.stride(),
         x.data_ptr() % 16 == 0,
         _HIP and x.untyped_storage().nbytes() < 2**31,
         knobs.runtime.debug,
@@ -296,17 +320,11 @@ def _launcher(kernel, key, grid, num_warps, args):
     )
     if INTERPRET or per_call:
         return functools.partial(kernel[grid], num_warps=num_warps)
-    compiled = _compiled.get((kernel, key))
-    if compiled is None:
-        compiled = _compiled[kernel, key] = kernel.warmup(*args, grid=grid, num_warps=num_warps)
-    return compiled[grid]
-
-
-def _on_device(x):
-    """Triton launches on the current device; torch allocates on the tensor's."""
-    if INTERPRET or x.device.index == torch.cuda.current_device():
-        return contextlib.nullcontext()
-    return torch.cuda.device(x.device)
+    launch = _launches.get((kernel, key))
+    if launch is None:
+        compiled = kernel.warmup(*args, grid=grid, num_warps=num_warps)
+        launch = _launches[kernel, key] = compiled[grid]
+    return launch
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -330,12 +348,15 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     # elements is copied first.
     if (n_cols - 1) * x.stride(1) >= 2**31:
         x = x.contiguous()
-    strides = in_row_stride, in_col_stride = x.stride()
-    plan = _plan(n_rows, n_cols, x.get_device())
+    in_row_stride, in_col_stride = x.stride()
+    device = x.get_device()
+    plan = _plan(n_rows, n_cols, device, x.element_size())
     name, block_m, block_n, num_warps, grid, n_tiles, tiles = plan
-    key = _key(x, x.get_device(), strides, plan)
+    key = _key(x, device)
     scopes = bool(knobs.compilation.instrumentation_mode)
-    with _on_device(x):
+    # Triton launches on the current device; torch allocates on the tensor's.
+    here = INTERPRET or device == torch.cuda.current_device()
+    with _HERE if here else torch.cuda.device(device):
         if name == "softmax_kernel":
             args = (out, x, n_rows, n_cols, in_row_stride, in_col_stride, n_cols,
                     block_m, block_n, scopes)  # fmt: skip

@@ -1,5 +1,6 @@
-"""How long parse_hatchet.py takes on a large python-context tree, next to merely
-decoding the same JSON, each as a whole process (start-up included).
+"""How long parse_hatchet.py takes on large python-context captures, next to merely
+decoding the same JSON with json.load, each as a whole process (start-up included):
+trees of two shapes, and traces of a training loop's shape on one stream and on many.
 
     python bench/parse_speed.py        (or: make bench-parse; no GPU needed)
 """
@@ -71,6 +72,44 @@ def deep_tree(sites):
     return [root, {"CUDA": {"0": {"arch": "90", "num_sms": 132}}}]
 
 
+def recursion_tree(calls, depth):
+    """calls recursions depth frames deep, each frame launching a kernel before it
+    recurses: every frame a call site (JSON nests two levels a frame; json.load's
+    decoder stops near 1000 levels, so depth stays under 450)."""
+
+    def level(i, d):
+        kernel = frame(f"kernel_{i % 7}", count=1, **{"time (ns)": 900 + d})
+        launch = frame("/workspace/app/rec.py:7@walk", kernel)
+        if d == depth:
+            return launch
+        return frame("/workspace/app/rec.py:8@walk", level(i, d + 1), launch)
+
+    body = [frame(f"/workspace/app/main.py:{i}@main", level(i, 1)) for i in range(calls)]
+    return [frame("ROOT", *body, count=0), {"CUDA": {"0": {"arch": "90", "num_sms": 132}}}]
+
+
+def loop_trace(sites, launches, streams=1):
+    """A training loop's trace: sites call sites taking turns, launches kernels in all,
+    on streams streams (launches overlap when there are several)."""
+    events = []
+    for i in range(launches):
+        site = i % sites
+        stack = ["ROOT", "/workspace/app/train.py:5@<module>",
+                 f"/workspace/app/model.py:{site}@layer", f"kernel_{site}"]  # fmt: skip
+        events.append({
+            "name": f"kernel_{site}", "cat": "kernel", "ph": "X", "tid": i % streams,
+            "ts": round(i * 9.0 / streams, 3), "dur": 5.5 + site % 7,
+            "args": {"call_stack": stack},
+        })  # fmt: skip
+    return {"displayTimeUnit": "us", "traceEvents": events}
+
+
+def size(data):
+    if isinstance(data, dict):  # a trace: its events
+        return f"{len(data['traceEvents'])} launches"
+    return f"{nodes(data[0])} nodes"
+
+
 def nodes(node):
     return 1 + sum(nodes(c) for c in node["children"])
 
@@ -91,17 +130,25 @@ def paired(a, b, repeats=9):
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
-        for shape, sites in ((tree, 8000), (tree, 16000), (deep_tree, 8000)):
-            path = Path(tmp, f"t{sites}.hatchet")
-            data = shape(sites)
+        shapes = [
+            ("tree", lambda: tree(8000), ".hatchet"),
+            ("tree", lambda: tree(16000), ".hatchet"),
+            ("deep_tree", lambda: deep_tree(8000), ".hatchet"),
+            ("recursion, a kernel at every frame", lambda: recursion_tree(120, 400), ".hatchet"),
+            ("loop trace, 200 sites", lambda: loop_trace(200, 200_000), ".chrome_trace"),
+            ("loop trace, 8 streams", lambda: loop_trace(200, 200_000, 8), ".chrome_trace"),
+        ]
+        for i, (shape, make, suffix) in enumerate(shapes):
+            path = Path(tmp, f"capture{i}{suffix}")
+            data = make()
             path.write_text(json.dumps(data, sort_keys=True))
             parse, decode, ratio = paired(
                 [sys.executable, str(HERE.parent / "parse_hatchet.py"), str(path)],
                 [sys.executable, "-c", f"import json; json.load(open({str(path)!r}))"],
             )
-            size = path.stat().st_size / 2**20
+            mib = path.stat().st_size / 2**20
             print(
-                f"parse_speed: {shape.__name__}, {nodes(data[0])} nodes, {size:.1f} MiB: "
+                f"parse_speed: {shape}, {size(data)}, {mib:.1f} MiB: "
                 f"json.load {decode:.3f} s, "
                 f"parse_hatchet.py {parse:.3f} s, ratio {ratio:.2f} (median of pairs)"
             )

@@ -48,8 +48,10 @@ import softmax as sm  # noqa: E402
 from parse_hatchet import write_output  # noqa: E402
 
 SHAPES = [(4096, c) for c in (256, 512, 1024, 2048, 4096, 8192, 16384)]
-SHAPES += [(65536, 2048), (1024, 65536), (512, 131072), (256, 262144)]
+SHAPES += [(65536, 2048), (1024, 65536), (512, 131072), (256, 262144), (64, 1048576)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+PATHS = {"softmax_kernel": "fused", "softmax_long_rows_kernel": "one pass",
+         "softmax_partials_kernel": "two kernels"}  # fmt: skip
 ROUNDS = 5
 LOOP_CALLS = 200
 HOST_CALLS = 2000
@@ -129,7 +131,7 @@ def point(dtype, rows, cols):
         "dtype": str(dtype).removeprefix("torch."),
         "rows": rows,
         "cols": cols,
-        "path": "fused" if sm._plan(rows, cols, x.get_device())[0] else "tiled",
+        "path": PATHS[sm._plan(rows, cols, x.get_device(), x.element_size())[0]],
         "max_abs_err": err,
         "correct": err <= sm.TOLERANCE[dtype],
         "device_us": median(device),
@@ -141,8 +143,14 @@ def point(dtype, rows, cols):
 
 
 def host_costs():
-    """Loop time per call on a 4 x 64 input, where the GPU waits for the host."""
-    fns, _ = candidates(torch.randn(4, 64, device="cuda"))
+    """Loop time per call on a 4 x 64 input, where the GPU waits for the host; with
+    softmax.py's kernel launched as kernel[grid](...) too, Triton's plain launch."""
+    x = torch.randn(4, 64, device="cuda")
+    fns, _ = candidates(x)
+    out = torch.empty_like(x)
+    _, block_m, block_n, num_warps, grid, _, _ = sm._plan(4, 64, x.get_device(), 4)
+    args = (out, x, 4, 64, 64, 1, 64, block_m, block_n, False)
+    fns["kernel[grid]"] = lambda: sm.softmax_kernel[grid](*args, num_warps=num_warps)
     seen = rounds(fns, lambda fn: loop_us(fn, HOST_CALLS))
     return median(seen), spread(seen)
 
@@ -161,7 +169,7 @@ def profiling_cost(device_us):
         for _ in range(3):
             runs.append(wall_s(["make", "-s", "run"]))
             profiles.append(wall_s(["make", "-s", "profile", f"OUT={out}"]))
-        summary = json.loads(Path(out, "summary.json").read_text())
+        summary = json.loads(Path(out, "profile", "summary.json").read_text())
     kernel = next(k for k in summary["proton_kernels"] if k["name"].startswith("softmax_kernel"))
     run, profile = statistics.median(runs), statistics.median(profiles)
     return {
@@ -184,6 +192,7 @@ def main():
 
     results = {
         "device": torch.cuda.get_device_name(),
+        "l2_bytes": torch.cuda.get_device_properties(0).L2_cache_size,
         "torch": torch.__version__,
         "triton": triton.__version__,
         "rounds": ROUNDS,

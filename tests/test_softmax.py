@@ -36,6 +36,7 @@ def tiled(monkeypatch):
     two-kernel path."""
     monkeypatch.setattr(sm, "MAX_FUSED_COLS", 8)
     monkeypatch.setattr(sm, "TILE_COLS", 16)
+    monkeypatch.setattr(sm, "ONE_PASS_COLS", 16)
     sm._plan.cache_clear()  # configurations worked out with the real limits
     yield
     sm._plan.cache_clear()
@@ -53,48 +54,49 @@ def test_matches_torch(shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(3, 9), (2, 15), (4, 16), (3, 17), (2, 100), (5, 1025)], ids=str)
 def test_tiled_path_matches_torch(tiled, shape, dtype):
-    assert sm._plan(*shape, -1)[0] == "softmax_partials_kernel"
+    assert sm._plan(*shape, -1, 4)[0] == "softmax_partials_kernel"
     check(randn(*shape, dtype))
 
 
 def test_short_rows_share_a_program():
-    path, block_m, block_n, _ = sm.launch_config(4096, 256, 132, 32)
-    assert path == "fused" and block_m > 1 and block_n == 256
-    assert sm.launch_config(4096, 1024, 132, 32)[:2] == ("fused", 1)
-    assert sm.launch_config(256, 262144, 132, 32)[0] == "long"
+    block_m, block_n, _ = sm.launch_config(4096, 256, 132, 32)
+    assert block_m > 1 and block_n == 256
+    assert sm.launch_config(4096, 1024, 132, 32)[0] == 1
+    assert sm.launch_config(256, 262144, 132, 32) is None  # too long for one program
 
 
 def test_the_interpreter_gets_few_large_programs():
     # Each program is interpreted in Python: the default shape runs as 64, not 4096.
-    name, block_m, _, _, grid, _, _ = sm._plan(4096, 1024, -1)
+    name, block_m, _, _, grid, _, _ = sm._plan(4096, 1024, -1, 4)
     assert name == "softmax_kernel" and grid == (4096 // block_m, 1, 1) and grid[0] <= 64
 
 
 @pytest.mark.parametrize(
-    "sms, cols, name",
+    "sms, cols, itemsize, name",
     [
-        (132, 1024, "softmax_kernel"),
-        (132, 65536, "softmax_long_rows_kernel"),  # 8 tiles, on 132 SMs
-        (132, 132 * sm.TILE_COLS, "softmax_long_rows_kernel"),  # one tile an SM
-        (132, 132 * sm.TILE_COLS + 1, "softmax_partials_kernel"),  # more tiles than SMs
-        (4, 65536, "softmax_partials_kernel"),
+        (132, 1024, 4, "softmax_kernel"),
+        (132, 65536, 4, "softmax_long_rows_kernel"),  # 8 tiles, on 132 SMs
+        (132, 132 * sm.ONE_PASS_COLS, 4, "softmax_long_rows_kernel"),  # one tile an SM
+        (132, 132 * sm.ONE_PASS_COLS + 1, 4, "softmax_partials_kernel"),  # more than SMs
+        (4, 65536, 4, "softmax_partials_kernel"),
+        (132, 65536, 2, "softmax_partials_kernel"),  # half types gained nothing read once
     ],
 )
-def test_the_plan_on_a_gpu(monkeypatch, sms, cols, name):
+def test_the_plan_on_a_gpu(monkeypatch, sms, cols, itemsize, name):
     props = SimpleNamespace(multi_processor_count=sms, warp_size=32)
     monkeypatch.setattr(sm, "INTERPRET", False)
     monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
     sm._plan.cache_clear()
     try:
-        plan = sm._plan(64, cols, 0)
+        plan = sm._plan(64, cols, 0, itemsize)
     finally:
         sm._plan.cache_clear()
     assert plan[0] == name
-    n_tiles = -(-cols // sm.TILE_COLS)
     if name == "softmax_long_rows_kernel":  # one program a tile, a ticket each
+        n_tiles = -(-cols // sm.ONE_PASS_COLS)
         assert plan[4] == (64 * n_tiles, 1, 1) and plan[5] == n_tiles
     if name == "softmax_partials_kernel":
-        assert plan[4] == (64, n_tiles, 1)
+        assert plan[4] == (64, -(-cols // sm.TILE_COLS), 1)
 
 
 @pytest.mark.parametrize("use_tiles", [False, True], ids=["fused", "tiled"])
@@ -186,7 +188,7 @@ def gpu_path(monkeypatch):
         fakes[name] = FakeJit(getattr(sm, name))
         monkeypatch.setattr(sm, name, fakes[name])
     monkeypatch.setattr(sm, "INTERPRET", False)
-    monkeypatch.setattr(sm, "_compiled", {})
+    monkeypatch.setattr(sm, "_launches", {})
     monkeypatch.setattr(sm.torch.cuda, "current_device", lambda: None)  # a CPU tensor's index
     props = SimpleNamespace(multi_processor_count=1, warp_size=32)
     monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
@@ -207,7 +209,7 @@ def test_a_key_compiles_once_and_then_launches_the_compiled_kernel(gpu_path):
     check(randn(5, 100))  # other values, same key
     assert compiles(fakes) == {"softmax_kernel": 1}
     (compiled,) = fakes["softmax_kernel"].compiled
-    assert compiled.launches == [sm._plan(5, 100, -1)[4]] * 4
+    assert compiled.launches == [sm._plan(5, 100, -1, 4)[4]] * 4
     assert fakes["softmax_kernel"].jit_launches == 0
 
 
@@ -284,10 +286,10 @@ def test_a_storage_past_2_gib_gets_its_own_kernel_on_amd(gpu_path, monkeypatch, 
 def test_each_device_compiles_its_own(gpu_path):
     fake = gpu_path["softmax_kernel"]
     x = randn(5, 100)
-    plan = sm._plan(5, 100, -1)
+    plan = sm._plan(5, 100, -1, 4)
     args = (torch.empty_like(x), x, 5, 100, 100, 1, 100, *plan[1:3], False)
     for device in (0, 1, 0):
-        sm._launcher(fake, sm._key(x, device, (100, 1), plan), plan[4], 1, args)(*args)
+        sm._launcher(fake, sm._key(x, device), plan[4], 1, args)(*args)
     assert len(fake.compiled) == 2
 
 
@@ -406,26 +408,28 @@ def test_gpu_cached_launches_stay_correct():
     # key goes to its compiled kernel.
     inputs = [randn(4096, 1024), randn(4096, 1000, torch.bfloat16), randn(1024, 300).t(),
               randn(7, 40000, torch.float16), randn(1, 64), randn(300, 1025)[:, 1:],
-              randn(3, 133 * sm.TILE_COLS)]  # fmt: skip
-    sm._compiled.clear()
+              randn(3, 133 * sm.ONE_PASS_COLS)]  # fmt: skip
+    sm._launches.clear()
     for _ in range(3):
         for x in inputs:
             check(x.normal_())
-    assert len(sm._compiled) == 8  # one kernel per input, two for the two-kernel one
+    assert len(sm._launches) == 9  # a kernel an input; two for each taking two kernels
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("tiles", [2, 3, 8, 64, 128])
-def test_gpu_long_rows_read_once(dtype, tiles):
-    n_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cols = tiles * sm.TILE_COLS - 5  # the last tile part padding
-    assert sm._plan(9, cols, 0)[0] == ("softmax_long_rows_kernel" if tiles <= n_sms else "")
+@pytest.mark.parametrize("tiles", [3, 8, 64, 128])
+def test_gpu_long_rows(dtype, tiles):
+    # float32 reads them once (one program a tile); half types take two kernels.
+    cols = tiles * sm.ONE_PASS_COLS - 5  # the last tile part padding
+    plan = sm._plan(9, cols, 0, dtype.itemsize)[0]
+    one_pass = dtype == torch.float32
+    assert plan == ("softmax_long_rows_kernel" if one_pass else "softmax_partials_kernel")
     x = randn(9, cols, dtype, scale=10)
     x[1, :] = -float("inf")  # a row of -inf: NaN, as torch gives
-    x[2, : sm.TILE_COLS + 7] = -float("inf")  # whole tiles of -inf: they add nothing
+    x[2, : sm.ONE_PASS_COLS + 7] = -float("inf")  # whole tiles of -inf: they add nothing
     y = check(x)
-    assert y[1].isnan().all() and (y[2, : sm.TILE_COLS + 7] == 0).all()
+    assert y[1].isnan().all() and (y[2, : sm.ONE_PASS_COLS + 7] == 0).all()
     check(randn(2 * cols, 9, dtype).t())  # strided: column stride 9
     check(randn(9, cols + 64, dtype)[:, 64:])  # row stride wider than the row
 
@@ -433,7 +437,7 @@ def test_gpu_long_rows_read_once(dtype, tiles):
 @pytest.mark.gpu
 def test_gpu_long_rows_replayed_from_a_cuda_graph():
     # The counters are zeroed inside the graph, so every replay starts afresh.
-    x = randn(64, 16 * sm.TILE_COLS)
+    x = randn(64, 16 * sm.ONE_PASS_COLS)
     sm.softmax(x)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -448,8 +452,8 @@ def test_gpu_long_rows_replayed_from_a_cuda_graph():
 @pytest.mark.gpu
 def test_gpu_rows_longer_than_the_gpu_holds_take_two_kernels():
     n_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cols = (n_sms + 1) * sm.TILE_COLS
-    assert sm._plan(3, cols, 0)[0] == "softmax_partials_kernel"
+    cols = (n_sms + 1) * sm.ONE_PASS_COLS
+    assert sm._plan(3, cols, 0, 4)[0] == "softmax_partials_kernel"
     check(randn(3, cols))
 
 
