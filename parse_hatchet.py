@@ -25,8 +25,6 @@ import argparse
 import contextlib
 import functools
 import gc
-import gzip
-import io
 import itertools
 import json
 import math
@@ -34,8 +32,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
-import threading
 from pathlib import Path
 
 try:
@@ -139,11 +135,14 @@ def load(path):
                 raise ValueError("not a regular file")
             data = f.read()
         if path.name.endswith(".gz"):
+            import gzip  # here, as the imports below: what most runs never need costs start-up
+            import io
+
             with gzip.GzipFile(fileobj=io.BytesIO(data)) as z:
                 data = z.read(MAX_GUNZIPPED + 1)
             if len(data) > MAX_GUNZIPPED:
                 raise ValueError(f"unpacks past {MAX_GUNZIPPED >> 30} GiB")
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
+    except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
         raise ValueError(getattr(e, "strerror", None) or str(e) or type(e).__name__) from None
     if msgspec:  # about a third faster than json, for what Proton writes
         try:
@@ -183,6 +182,8 @@ def deep_loads(text):
     """json.loads for trees nested deeper than the C decoder recurses (Proton's python
     context nests two levels a frame): the standard library's pure-Python decoder, in a
     thread with a stack large enough for it."""
+    import threading
+
     decoder = json.JSONDecoder()
     decoder.scan_once = json.scanner.py_make_scanner(decoder)
     result = []
@@ -988,7 +989,7 @@ def table(summary, top):
         lines += [
             "",
             f"{'share':>6} {'cycles':>14} "
-            + (f"{'median':>8} {'p90':>8} {'events':>8}" if traced else f"{'per warp':>12}")
+            + (f"{'median':>8} {'p90':>8} {'events':>8}" if traced else f"{'normalized':>12}")
             + "  kernel: scope (cycles inside the kernel, from the instrumentation backend)",
         ]
         for s in summary["proton_scopes"]:
@@ -1073,6 +1074,8 @@ def write_output(path, text, inputs=()):
         with open(path, "wb") as f:
             f.write(data)
         return
+    import tempfile
+
     target = Path(os.path.realpath(path))
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:

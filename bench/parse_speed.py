@@ -3,6 +3,9 @@ decoding the same JSON with json.load, each as a whole process (start-up include
 trees of two shapes, and traces of a training loop's shape on one stream and on many.
 
     python bench/parse_speed.py        (or: make bench-parse; no GPU needed)
+
+Prints a line a shape and writes the lines to bench/results/parse-speed.txt, which the
+README's table quotes.
 """
 
 import json
@@ -14,6 +17,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from parse_hatchet import write_output  # noqa: E402
+
 LIB = "/workspace/venv/lib/python3.12/site-packages"
 TRITON_FRAMES = [
     f"{LIB}/triton/runtime/jit.py:744@run",
@@ -129,6 +136,7 @@ def paired(a, b, repeats=9):
 
 
 def main():
+    lines = []
     with tempfile.TemporaryDirectory() as tmp:
         shapes = [
             ("tree", lambda: tree(8000), ".hatchet"),
@@ -147,11 +155,13 @@ def main():
                 [sys.executable, "-c", f"import json; json.load(open({str(path)!r}))"],
             )
             mib = path.stat().st_size / 2**20
-            print(
+            lines.append(
                 f"parse_speed: {shape}, {size(data)}, {mib:.1f} MiB: "
                 f"json.load {decode:.3f} s, "
                 f"parse_hatchet.py {parse:.3f} s, ratio {ratio:.2f} (median of pairs)"
             )
+            print(lines[-1], flush=True)
+    write_output(HERE / "results" / "parse-speed.txt", "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
