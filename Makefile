@@ -115,13 +115,17 @@ lint: setup ## ruff, shellcheck and hadolint
 	$(call q,$(VENV)/bin/shellcheck) profile.sh .ci/run
 	$(call q,$(VENV)/bin/hadolint) Dockerfile
 
-# Removes only what lies inside this checkout and git does not track: a VENV or OUT
-# elsewhere (/, .., ~, another absolute path) is refused, not deleted.
+# Removes only what lies inside this checkout, outside .git, and holds nothing git tracks:
+# a VENV or OUT elsewhere (/, .., ~, another absolute path) is refused, not deleted.
+# Where git cannot tell (no .git, as in the container), only the default names go.
 clean: ## remove .venv, caches and profiling results
-	@for path in $(call q,$(VENV)) $(call q,$(OUT)); do \
+	@top=$(call q,$(CURDIR)); git=0; git -C "$$top" rev-parse --is-inside-work-tree >/dev/null 2>&1 && git=1; \
+	for path in $(call q,$(VENV)) $(call q,$(OUT)); do \
 	  real=$$(realpath -m -- "$$path"); \
-	  if [[ $$path == "~"* || $$real != "$(CURDIR)"/?* ]] || git ls-files --error-unmatch -- "$$real" >/dev/null 2>&1; then \
-	    echo "make clean: refusing to delete $$path: not an untracked path inside $(CURDIR)" >&2; exit 2; \
+	  if [[ $$path == "~"* || $$real != "$$top"/?* || $$real == "$$top/.git" || $$real == "$$top/.git/"* ]] || \
+	    { ((git)) && [[ -n $$(git -C "$$top" ls-files -- "$$real" | head -c1) ]]; } || \
+	    { ((!git)) && [[ $$real != "$$top/.venv" && $$real != "$$top/profiling_results" ]]; }; then \
+	    echo "make clean: refusing to delete $$path: not this checkout's own .venv or results" >&2; exit 2; \
 	  fi; \
 	done
 	rm -rf -- $(call q,$(VENV)) .pytest_cache .ruff_cache $(call q,$(OUT))
@@ -144,8 +148,8 @@ docker-run: ## make run in the container
 	$(DOCKER_RUN) make run $(MAKE_VARS)
 
 docker-profile: ## make profile in the container; results in ./OUT/profile, owned by you
-	@real=$$(realpath -m -- $(call q,$(OUT))); [[ $$real == "$(CURDIR)"/?* ]] || \
-	  { echo "make docker-profile: OUT must lie inside $(CURDIR), the folder the container sees" >&2; exit 2; }
+	@top=$(call q,$(CURDIR)); real=$$(realpath -m -- $(call q,$(OUT))); [[ $$real == "$$top"/?* ]] || \
+	  { echo "make docker-profile: OUT must lie inside $$top, the folder the container sees" >&2; exit 2; }
 	$(DOCKER_RUN) sh -c 'owner=$$0 out=$$1; shift; make profile "$$@"; s=$$?; chown -R "$$owner" -- "$$out"; exit $$s' \
 	  "$$(id -u):$$(id -g)" $(call q,$(OUT)) OUT=$(call q,$(OUT)) RECIPE=$(call q,$(RECIPE)) $(MAKE_VARS)
 

@@ -92,16 +92,18 @@ def find_captures(paths):
         if not given:
             raise Refused("an empty path names nothing")
         path = Path(given)
-        if path.is_dir():
+        try:
+            is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+        except OSError as e:  # missing, a link loop, no permission
+            raise Refused(f"{given[:200]}: {(e.strerror or str(e)).lower()}") from None
+        if is_dir:
             for folder, dirs, files in os.walk(path):
                 dirs.sort()
                 for file in files:
                     if file.endswith(SUFFIXES) or file.endswith(tuple(s + ".gz" for s in SUFFIXES)):
                         add_capture(found, Path(folder, file), named=False)
-        elif path.exists():
-            add_capture(found, path, named=True)
         else:
-            raise Refused(f"no such file or directory: {printable(given[:200])}")
+            add_capture(found, path, named=True)
     return sorted(found.values())
 
 
@@ -211,8 +213,15 @@ def deep_loads(text):
     return result[0]
 
 
+def say(message):
+    """One line on stderr, its names' control characters escaped; nothing when stderr is
+    closed (print would fall back to stdout, into the JSON)."""
+    if sys.stderr is not None:
+        print(f"parse_hatchet: {printable(message)}", file=sys.stderr)
+
+
 def warn(message):
-    print(f"parse_hatchet: warning: {printable(message)}", file=sys.stderr)
+    say(f"warning: {message}")
 
 
 # --- Frames and call sites --------------------------------------------------------------
@@ -267,7 +276,6 @@ class Chains:
     def __init__(self):
         self.links = [(0, None, 0)]  # id -> (parent id, (file, line, function), repeats)
         self.ids = {}
-        self.texts = {0: ""}
         self.names = {}  # file -> the name shown for it, once every chain is known
 
     def step(self, chain, name):
@@ -298,39 +306,30 @@ class Chains:
         )
 
     def text(self, chain):
-        """The chain as "file:line function > ...", each built once on its parent's."""
-        pending = []
-        while chain not in self.texts:
-            pending.append(chain)
-            chain = self.links[chain][0]
-        text = self.texts[chain]
-        for chain in reversed(pending):
-            _, frame, repeats = self.links[chain]
-            part = self.frame_text(*frame, repeats)
-            text = self.texts[chain] = f"{text} > {part}" if text else part
-        return text
+        """The chain as "file:line function > ...", outermost first."""
+        return " > ".join(self.frame_text(*frame) for frame in self.frames(chain))
 
 
 def short_names(files):
-    """Each file's shortest trailing part of its path that no other file shares."""
+    """Each file's shortest trailing part of its path that no other file shares: in the
+    order of the reversed paths, what a path shares with another it shares with one of
+    its neighbours, so one sort and a pass find every name."""
+    ordered = sorted((file.split("/")[::-1], file) for file in files)
+
+    def shared(a, b):  # how many trailing components two paths have in common
+        n = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            n += 1
+        return n
+
     names = {}
-    for file in files:
-        parts = file.split("/")
-        names[file] = parts
-    out, depth = {}, 1
-    pending = set(files)
-    while pending:
-        by_tail = {}
-        for file in pending:
-            by_tail.setdefault("/".join(names[file][-depth:]), []).append(file)
-        pending = set()
-        for tail, same in by_tail.items():
-            if len(same) == 1 or all(len(names[f]) <= depth for f in same):
-                out.update((f, tail) for f in same)
-            else:
-                pending.update(same)
-        depth += 1
-    return out
+    for i, (parts, file) in enumerate(ordered):
+        near = [ordered[j][0] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
+        keep = max((shared(parts, other) for other in near), default=0) + 1
+        names[file] = "/".join(parts[:keep][::-1])
+    return names
 
 
 # --- Trees --------------------------------------------------------------------------------
@@ -480,7 +479,7 @@ def trace_events(data, chains, totals):
         ts, dur = e.get("ts"), number(e.get("dur"))
         if type(ts) is int:  # None past a float's range
             ts = math.copysign(number(abs(ts)), ts) if number(abs(ts)) is not None else None
-        if type(ts) is not float or dur is None or not math.isfinite(ts):
+        if type(ts) is not float or dur is None or not math.isfinite(ts + dur):
             continue
         name = e.get("name")
         name = name.strip() if isinstance(name, str) else ""
@@ -489,7 +488,7 @@ def trace_events(data, chains, totals):
             continue
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         mhz = number(args.get("Frequency (MHz)"))
-        if mhz is not None:  # a scope inside a kernel: pid "<kernel> Core<SM> CTA<n>"
+        if mhz is not None and math.isfinite(dur * mhz):  # a scope: pid "<kernel> Core<SM> CTA<n>"
             where = str(e.get("pid", "")).split()
             sm = next((w[4:] for w in where if w.startswith("Core")), "?")
             cta = next((w[3:] for w in where if w.startswith("CTA")), "?")
@@ -578,6 +577,8 @@ def scope_summary(events):
     for (kernel, scope), cycles in by_scope.items():
         cycles.sort()
         total = sum(cycles)
+        if not math.isfinite(total):  # crafted cycles past a float's range
+            continue
         rows.append({
             "kernel": kernel,
             "scope": scope,
@@ -658,8 +659,7 @@ def summarize(paths, artifact_dir):
         for problem in problems:
             warn(f"skipped {problem}")
     if len(read) > 1:
-        print(f"parse_hatchet: combined {len(read)} captures: {', '.join(map(str, read))}",
-              file=sys.stderr)  # fmt: skip
+        say(f"combined {len(read)} captures: {', '.join(map(str, read))}")
 
     chains.names = short_names({frame[0] for _, frame, _ in chains.links[1:]})
     sources = Sources()
@@ -680,13 +680,15 @@ def summarize(paths, artifact_dir):
                 "finite number >= 0 (infinite, negative or not a number)"
             )  # fmt: skip
         return summary, sites, (
-            "no timed kernel in the tree: ROOT only (a pinned AMD backend in cli mode, "
+            "no timed kernel in the capture: ROOT only (a pinned AMD backend in cli mode, "
             "or an env-mode payload that never called proton.start())"
         )  # fmt: skip
 
+    gpu_ms = sum(k[0] for k in kernels.values())
+    if not math.isfinite(gpu_ms):  # as aorta: times that add up past a float's range
+        return summary, sites, "kernel times add up to infinity"
     if kernels:  # aorta's five keys; a capture of scopes alone has none of them
         ranked = sorted(kernels.items(), key=lambda item: item[1][0], reverse=True)
-        gpu_ms = sum(k[0] for k in kernels.values())
         if all(k[1] is not None for k in kernels.values()):
             summary["proton_kernel_count"] = sum(k[1] for k in kernels.values())
         summary["proton_gpu_time_ms"] = gpu_ms
@@ -768,6 +770,7 @@ def scope_rows(scopes):
         {"kernel": kernel, "scope": scope, "cycles": cycles, "normalized_cycles": normalized,
          "share": cycles / per_kernel[kernel] if per_kernel[kernel] else 0.0}
         for (kernel, scope), (cycles, normalized) in scopes.items()
+        if math.isfinite(per_kernel[kernel] + normalized)  # crafted values past a float's range
     ]  # fmt: skip
 
 
@@ -1064,6 +1067,8 @@ def write_output(path, text, inputs=()):
     through to its target; anything else (a device, a pipe) is written directly. Refuses
     to write over any of inputs, (device, inode) pairs."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "backslashreplace")
+    if not path or path.endswith("/") or os.path.isdir(path):
+        raise Refused(f"{path[:200]!r} names no file to write")
     try:
         info = os.stat(path)  # through links, /dev/stdout's to a pipe included
     except FileNotFoundError:
@@ -1096,7 +1101,7 @@ def write_output(path, text, inputs=()):
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         # One line and exit 2, instead of argparse's usage block.
-        print(f"parse_hatchet: error: {printable(message[:300])}", file=sys.stderr)
+        say(f"error: {message[:300]}")
         raise SystemExit(2)
 
 
@@ -1136,56 +1141,49 @@ def capture_kinds(found):
 def main(argv=None):
     args = parser().parse_args(argv)
     try:
-        found = find_captures(args.paths)
-        kinds = capture_kinds(found)
-        inputs = {(p.stat().st_dev, p.stat().st_ino) for p in found}
-        if args.diff is not None:
-            base_found = find_captures([args.diff])
-            if capture_kinds(base_found) != kinds and base_found and found:
-                raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds "
-                              f"{''.join(capture_kinds(base_found))}s, the rest "
-                              f"{''.join(kinds)}s")  # fmt: skip
-            inputs |= {(p.stat().st_dev, p.stat().st_ino) for p in base_found}
-        if (
-            args.output
-            and args.folded
-            and os.path.realpath(args.output) == os.path.realpath(args.folded)
-        ):
-            raise Refused("-o and --folded name one file")
-    except Refused as e:
-        print(f"parse_hatchet: error: {e}", file=sys.stderr)
+        return run(args)
+    except (Refused, OSError) as e:  # OSError: an output that cannot be written
+        say(f"error: {str(e)[:300]}")
         return 2
-    except OSError as e:
-        print(f"parse_hatchet: error: {printable(str(e)[:300])}", file=sys.stderr)
-        return 2
+
+
+def run(args):
+    found = find_captures(args.paths)
+    kinds = capture_kinds(found)
+    inputs = {(p.stat().st_dev, p.stat().st_ino) for p in found}
+    if args.diff is not None:
+        base_found = find_captures([args.diff])
+        if capture_kinds(base_found) != kinds and base_found and found:
+            raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds "
+                          f"{''.join(capture_kinds(base_found))}s, the rest "
+                          f"{''.join(kinds)}s")  # fmt: skip
+        inputs |= {(p.stat().st_dev, p.stat().st_ino) for p in base_found}
+    if (
+        args.output
+        and args.folded
+        and os.path.realpath(args.output) == os.path.realpath(args.folded)
+    ):
+        raise Refused("-o and --folded name one file")
 
     summary, sites, problem = summarize(found, artifact_dir(args.paths))
     if problem:
         if not found:
             problem += " (Triton 3.6 writes none when the script raises or calls sys.exit)"
-        print(f"parse_hatchet: {printable(' '.join(args.paths)[:200])}: {printable(problem)}",
-              file=sys.stderr)  # fmt: skip
+        say(f"{' '.join(args.paths)[:200]}: {problem}")
         return emit(to_json(summary), None) or 1  # the JSON to stdout, never over a good -o
     if args.diff is not None:
         base, base_sites, base_problem = summarize(base_found, artifact_dir([args.diff]))
         if base_problem:
-            print(f"parse_hatchet: {printable(args.diff[:200])}: {base_problem}", file=sys.stderr)
+            say(f"{args.diff[:200]}: {base_problem}")
             return 1
         summary["proton_diff"] = diff(base, base_sites, summary, sites, args.diff)
-    try:
-        if args.output:
-            write_output(args.output, to_json(summary), inputs)
-        if args.folded:
-            write_output(args.folded, folded(sites), inputs)
-    except Refused as e:
-        print(f"parse_hatchet: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"parse_hatchet: error: {printable(str(e)[:300])}", file=sys.stderr)
-        return 2
+    if args.output is not None:
+        write_output(args.output, to_json(summary), inputs)
+    if args.folded is not None:
+        write_output(args.folded, folded(sites), inputs)
     if args.table:
         return emit(table(summary, args.top), 0)
-    return emit(to_json(summary), 0) if not args.output else 0
+    return emit(to_json(summary), 0) if args.output is None else 0
 
 
 def emit(text, status):
@@ -1193,12 +1191,14 @@ def emit(text, status):
     is exit 2, in one line."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "backslashreplace")
     try:
+        if sys.stdout is None:
+            raise OSError("it is closed")
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
     except (OSError, ValueError) as e:  # ValueError: stdout closed
-        # Nothing more may reach the broken stdout, not even at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        print(f"parse_hatchet: error: cannot write to stdout: {printable(str(e))}", file=sys.stderr)
+        if sys.stdout is not None:  # nothing more may reach it, not even at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        say(f"error: cannot write to stdout: {getattr(e, 'strerror', None) or e}")
         return 2
     return status
 

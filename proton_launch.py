@@ -56,6 +56,8 @@ def parse(argv):
     args = parser.parse_args(argv)
     if not args.script.endswith(".py"):
         fail(f"expected a .py script, got {args.script[:60]!r}")
+    if not os.path.isfile(args.script):
+        fail(f"no such script: {args.script[:200]!r}")
     return args
 
 
@@ -63,9 +65,10 @@ def rank_name(name, environ=os.environ):
     """name with .rank<R> for the global rank a launcher exported, else name."""
     for var in ("RANK", "SLURM_PROCID"):
         if var in environ:
-            if not environ[var].isdecimal():
-                fail(f"{var} must be a whole number >= 0, got {environ[var][:30]!r}")
-            return f"{name}.rank{int(environ[var])}"
+            value = environ[var]
+            if not (value.isascii() and value.isdigit() and len(value) <= 9):
+                fail(f"{var} must be a whole number >= 0, got {value[:30]!r}")
+            return f"{name}.rank{int(value)}"
     return name
 
 

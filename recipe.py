@@ -9,6 +9,8 @@ in isolated mode (-I), so that nothing in the current folder is imported.
 Exit status: 0, or 2 with one line on stderr for a recipe aorta would refuse.
 """
 
+import os
+import stat
 import sys
 
 FIELDS = ["mode", "backend", "context", "data", "hook", "proton_mode"]
@@ -44,6 +46,12 @@ class Refused(Exception):
     """A recipe aorta would not run; the message is one line."""
 
 
+def shown(text, most=200):
+    """text for a one-line message: control characters escaped, the first characters."""
+    text = text if len(text) <= most else text[:most] + "..."
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def short(value):
     """A value as a message may quote it: a string's first characters, a small number,
     else its kind. (A YAML alias bomb is small in memory, but its repr is not.)"""
@@ -67,8 +75,8 @@ def options(recipe, data=None, backend=None, context=None):
         raise Refused("no collect.proton mapping")
     for key, value in proton.items():
         if key not in ALLOWED:
-            shown = key[:40] if isinstance(key, str) else short(key)
-            raise Refused(f"unknown key collect.proton.{shown} (known: {', '.join(ALLOWED)})")
+            name = shown(key, 40) if isinstance(key, str) else short(key)
+            raise Refused(f"unknown key collect.proton.{name} (known: {', '.join(ALLOWED)})")
         if not isinstance(value, str):
             raise Refused(f"collect.proton.{key} must be a string, got {short(value)}")
     # aorta compares the values stripped and lower-cased.
@@ -132,28 +140,29 @@ def options(recipe, data=None, backend=None, context=None):
 
 def main(argv):
     path, data, backend, context = (argv + ["", "", ""])[:4]
+
+    def refuse(message):
+        print(f"profile.sh: error: {shown(path)}: {message}", file=sys.stderr)
+        return 2
+
     try:
         import yaml
     except ImportError:
-        print(f"profile.sh: error: {sys.executable} has no PyYAML to read {path} with "
-              "(make setup, or pip install PyYAML)", file=sys.stderr)  # fmt: skip
-        return 2
+        return refuse(f"{shown(sys.executable)} has no PyYAML to read it with (make setup, "
+                      "or pip install PyYAML)")  # fmt: skip
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a pipe would block the read
+            return refuse("not a regular file")
         with open(path, encoding="utf-8") as f:
             chosen = options(yaml.safe_load(f), data, backend, context)
     except OSError as e:
-        print(f"profile.sh: error: {path}: {(e.strerror or str(e)).lower()}", file=sys.stderr)
-        return 2
+        return refuse((e.strerror or str(e)).lower())
     except UnicodeDecodeError:
-        print(f"profile.sh: error: {path}: not UTF-8 text", file=sys.stderr)
-        return 2
-    except yaml.YAMLError as e:
-        print(f"profile.sh: error: {path}: not valid YAML: {' '.join(str(e).split())[:200]}",
-              file=sys.stderr)  # fmt: skip
-        return 2
+        return refuse("not UTF-8 text")
+    except (yaml.YAMLError, ValueError, RecursionError) as e:  # ValueError: a huge integer
+        return refuse(f"not valid YAML: {shown(' '.join(str(e).split()))}")
     except Refused as e:
-        print(f"profile.sh: error: {path}: {e}", file=sys.stderr)
-        return 2
+        return refuse(str(e))
     for field in FIELDS:
         print(chosen.get(field) or "")
     return 0

@@ -383,7 +383,8 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        # One line and exit 2, instead of argparse's usage block.
+        # One short line and exit 2, instead of argparse's usage block.
+        message = message[:200] if message[:200].isprintable() else repr(message[:200])[1:-1]
         print(f"softmax: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
@@ -413,15 +414,14 @@ def _free_bytes():
 
 
 def _ranks():
-    """(rank, world size, local rank) as torchrun and similar launchers export them;
-    (0, 1, 0) when started alone."""
-    try:
-        return tuple(int(os.environ.get(name, default)) for name, default in
-                     (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0)))  # fmt: skip
-    except ValueError:
-        print("softmax: error: RANK, WORLD_SIZE and LOCAL_RANK must be whole numbers",
+    """(rank, world size, local rank) as torchrun exports them; (0, 1, 0) alone."""
+    values = [os.environ.get(name, default) for name, default in
+              (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"))]  # fmt: skip
+    if not all(v.isascii() and v.isdigit() and len(v) <= 9 for v in values) or int(values[1]) < 1:
+        print("softmax: error: RANK and LOCAL_RANK must be whole numbers >= 0, WORLD_SIZE >= 1",
               file=sys.stderr)  # fmt: skip
-        raise SystemExit(2) from None
+        raise SystemExit(2)
+    return tuple(map(int, values))
 
 
 def main(argv=None):

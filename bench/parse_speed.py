@@ -111,9 +111,22 @@ def loop_trace(sites, launches, streams=1):
     return {"displayTimeUnit": "us", "traceEvents": events}
 
 
+def intra_trace(launches):
+    """The H200's make intra-trace capture (tests/fixtures, 2 launches of 4096 CTAs x 2
+    warps x 4 scopes) repeated to the given number of launches, each later in time."""
+    import gzip
+
+    data = json.loads(gzip.decompress((HERE.parent / "tests" / "fixtures" /
+                                       "h200-intra.chrome_trace.gz").read_bytes()))  # fmt: skip
+    events = data["traceEvents"]
+    data["traceEvents"] = [{**e, "ts": e["ts"] + k * 1e5} for k in range(launches // 2)
+                           for e in events]  # fmt: skip
+    return data
+
+
 def size(data):
     if isinstance(data, dict):  # a trace: its events
-        return f"{len(data['traceEvents'])} launches"
+        return f"{len(data['traceEvents'])} events"
     return f"{nodes(data[0])} nodes"
 
 
@@ -145,6 +158,7 @@ def main():
             ("recursion, a kernel at every frame", lambda: recursion_tree(120, 400), ".hatchet"),
             ("loop trace, 200 sites", lambda: loop_trace(200, 200_000), ".chrome_trace"),
             ("loop trace, 8 streams", lambda: loop_trace(200, 200_000, 8), ".chrome_trace"),
+            ("instrumentation trace, 10 launches", lambda: intra_trace(10), ".chrome_trace"),
         ]
         for i, (shape, make, suffix) in enumerate(shapes):
             path = Path(tmp, f"capture{i}{suffix}")

@@ -267,16 +267,23 @@ def test_cli_skips_a_bad_file_beside_good_ones(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["/no/such/path"], "no such file or directory: /no/such/path"),
+        (["/no/such/path"], "/no/such/path: no such file or directory"),
         ([], "the following arguments are required: PATH"),
         (["x", "--top", "0"], "expected a whole number >= 1"),
         (["x", "--colour"], "unrecognized arguments: --colour"),
+        (["x", "--top", "9" * 5000], "expected a whole number >= 1, got '99999"),
+        ([""], "an empty path names nothing"),
     ],
 )
-def test_cli_usage_errors(args, message):
-    p = cli(*args)
-    assert p.returncode == 2 and p.stdout == ""
-    assert p.stderr.count("\n") == 1 and message in p.stderr
+def test_cli_usage_errors(capsys, args, message):
+    # The parser in this process; the end-to-end runs above cover the command itself.
+    try:
+        status = ph.main(args)
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and message in err and len(err) < 300
 
 
 # The H200 captures of this repository's softmax.py (make profile, make trace, -k triton
@@ -757,3 +764,44 @@ def test_diff_matches_call_sites_moved_by_an_edit(tmp_path):
     assert d["base"] == str(base)
     table = cli(new, "--diff", base, "--table").stdout
     assert f"against {base}:" in table and "run.py:10->11 main" in table
+
+
+def test_times_that_add_up_past_a_float_s_range(tmp_path):
+    big = {"time (ms)": 1e308}  # each finite; their sum is not
+    t = tree(leaf("k\ud800", None, 1, **big), leaf("j", None, 1, **big))
+    p = cli(write(tmp_path / "t.hatchet", t))
+    assert p.returncode == 1 and "add up to infinity" in p.stderr and "Traceback" not in p.stderr
+    assert strict(p.stdout) == {"proton_artifact_dir": str(tmp_path)}
+
+
+def test_closed_standard_streams(tmp_path):
+    write(tmp_path / "a.hatchet", GOOD)
+    write(tmp_path / "b.hatchet", "{broken")  # a warning on stderr
+    script = ROOT / "parse_hatchet.py"
+    p = run("sh", "-c", f'"{sys.executable}" "{script}" "{tmp_path}" >&-')
+    assert (
+        p.returncode == 2 and "cannot write to stdout" in p.stderr and "Traceback" not in p.stderr
+    )
+    p = run("sh", "-c", f'"{sys.executable}" "{script}" "{tmp_path}" 2>&-')
+    assert p.returncode == 0 and strict(p.stdout)["proton_kernel_count"] == 2  # no warning in it
+
+
+def test_stderr_lines_escape_file_names(tmp_path):
+    write(tmp_path / "a\x1b[31m\nFAKE.hatchet", GOOD)
+    write(tmp_path / "b.hatchet", GOOD)
+    p = cli(tmp_path)
+    assert p.returncode == 0 and p.stderr.count("\n") == 1 and "\\x1b[31m\\nFAKE" in p.stderr
+
+
+@pytest.mark.parametrize("target", ["", "missing/", "."])
+def test_an_output_that_names_no_file_is_refused(tmp_path, target):
+    p = run(sys.executable, ROOT / "parse_hatchet.py", write(tmp_path / "t.hatchet", GOOD), "-o",
+            target, cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 2 and "names no file to write" in p.stderr and p.stdout == ""
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["t.hatchet"]
+
+
+def test_short_names_of_paths_that_share_long_tails():
+    tail = "/x" * 5000 + "/model.py"
+    names = ph.short_names([f"/a{tail}", f"/b{tail}", "/w/util.py"])
+    assert names[f"/a{tail}"] == f"a{tail}" and names["/w/util.py"] == "util.py"

@@ -548,3 +548,37 @@ def test_gpu_make_intra(tmp_path):
 def test_gpu_hidden_by_a_device_variable_is_refused(tmp_path, hidden):
     p = profile("--output", tmp_path, env={"CUDA_VISIBLE_DEVICES": hidden})
     assert p.returncode == 2 and "no GPU visible" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda path: os.mkfifo(path), "not a regular file"),  # would block the read
+        (
+            lambda path: path.write_text("collect: {proton: {mode: " + "9" * 5001 + "}}"),
+            "not valid YAML",
+        ),  # fmt: skip
+        (lambda path: path.write_text("[" * 5000), "not valid YAML"),
+        (
+            lambda path: path.write_text('collect: {proton: {"\\e[31m\\nX": a}}'),
+            "unknown key collect.proton.\\x1b[31m\\nX",
+        ),  # fmt: skip
+    ],
+    ids=["fifo", "huge-int", "deep", "escape"],
+)
+def test_hostile_recipes_are_one_line(tmp_path, capsys, make, message):
+    path = tmp_path / "r.yaml"
+    make(path)
+    assert rc.main([str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_the_launcher_refuses_a_bad_rank_or_a_missing_script(tmp_path):
+    p = run(PY, LAUNCH, "--env", "-n", tmp_path / "x", "missing.py")
+    assert p.returncode == 2 and "no such script" in p.stderr and "Traceback" not in p.stderr
+    script = tmp_path / "s.py"
+    script.write_text("")
+    for rank in ("9" * 5000, "\u0661", "-1"):  # too long, an Arabic-Indic digit, negative
+        p = run(PY, LAUNCH, "--env", "-n", tmp_path / "x", script, env={"RANK": rank})
+        assert p.returncode == 2 and "RANK must be a whole number" in p.stderr

@@ -62,7 +62,7 @@ def test_the_parse_speed_table_is_the_committed_results():
     results = (ROOT / "bench" / "results" / "parse-speed.txt").read_text().splitlines()
     for line in results:
         shape, size, unit, mib, load, parse, ratio = re.match(
-            r"parse_speed: (.*), (\d+) (nodes|launches), ([\d.]+) MiB: json.load ([\d.]+) s, "
+            r"parse_speed: (.*), (\d+) (nodes|events), ([\d.]+) MiB: json.load ([\d.]+) s, "
             r"parse_hatchet.py ([\d.]+) s, ratio ([\d.]+)",
             line,
         ).groups()
