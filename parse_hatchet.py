@@ -1067,6 +1067,7 @@ def write_output(path, text, inputs=()):
     through to its target; anything else (a device, a pipe) is written directly. Refuses
     to write over any of inputs, (device, inode) pairs."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "backslashreplace")
+    path = os.fspath(path)
     if not path or path.endswith("/") or os.path.isdir(path):
         raise Refused(f"{path[:200]!r} names no file to write")
     try:
