@@ -477,9 +477,11 @@ def trace_events(data, chains, totals):
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         ts, dur = e.get("ts"), number(e.get("dur"))
-        if type(ts) is int:  # None past a float's range
-            ts = math.copysign(number(abs(ts)), ts) if number(abs(ts)) is not None else None
-        if type(ts) is not float or dur is None or not math.isfinite(ts + dur):
+        try:
+            ts = float(ts) if type(ts) in (int, float) else None
+        except OverflowError:  # an integer past a float's range
+            continue
+        if ts is None or dur is None or not math.isfinite(ts + dur):
             continue
         name = e.get("name")
         name = name.strip() if isinstance(name, str) else ""
@@ -777,8 +779,9 @@ def scope_rows(scopes):
 class Sources:
     """Source lines of the user's frames, from regular .py files of a sane size here. A
     capture names the paths: following them to anything but Python source would let a
-    crafted capture print lines of other files. Each file is read once, up to the last
-    line asked of it so far."""
+    crafted capture print lines of other files. A file is read up to the line asked,
+    again from its start only when a later one is asked, and then at least twice as far:
+    lines asked in order cost reading the file about twice, not once a line."""
 
     def __init__(self):
         self.files = {}
@@ -790,7 +793,7 @@ class Sources:
         if lines is None or number < 1:
             return None
         if len(lines) < number:
-            self._read(file, lines, number)
+            self._read(file, lines, max(number, 2 * len(lines)))
         text = lines[number - 1].strip()[:200] if number <= len(lines) else ""
         return printable(text) or None
 
