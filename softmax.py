@@ -5,9 +5,9 @@
 Each row is read from memory once and written once: the row max, the exponentials,
 their sum and the division all happen on-chip. A row too long for one program is cut
 into tiles held by as many programs, which trade their tile's max and sum and then
-write their part of the row (still one read, one write). In Triton's CPU interpreter,
-and where the GPU cannot hold every tile of a row at once, long rows take two kernels
-instead: one reduces the tiles, the other reads them again and writes (two reads).
+write their part of the row (still one read, one write). Where the GPU cannot hold
+every tile of a row at once, and in Triton's CPU interpreter, each program writes a
+tile that another reduced a little earlier instead, read a second time (from L2).
 
 With no GPU visible (or TRITON_INTERPRET=1) the kernels run in Triton's CPU interpreter.
 Under a launcher such as torchrun, each process uses the GPU its LOCAL_RANK names.
@@ -19,6 +19,7 @@ import contextlib
 import functools
 import os
 import sys
+from typing import NamedTuple
 
 import torch
 
@@ -43,15 +44,20 @@ _HIP = torch.version.hip is not None
 TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 2**-8, torch.float16: 2**-11}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
-# Rows up to this many columns are held whole in one program's registers. Longer rows
-# are cut into tiles: of ONE_PASS_COLS when one kernel reads them once, of TILE_COLS for
-# the two-kernel path. Short rows are grouped so that one program holds at least
-# TILE_ELEMS elements, at about ELEMS_PER_THREAD a thread. All were swept on the H200:
-# fewer elements per program leave too few loads in flight to hide memory latency, more
-# add warps that only wait. The tests lower them to exercise each path.
+# Rows up to this many columns are held whole in one program's registers; longer rows
+# are cut into tiles of TILE_COLS columns, a program of TILE_WARPS warps for each. Short
+# rows are grouped so that one program holds at least TILE_ELEMS elements, at about
+# ELEMS_PER_THREAD a thread. All were swept on the H200: fewer elements per program leave
+# too few loads in flight to hide memory latency; more add warps, or registers, that only
+# wait. Tiles of 8192 columns and 4 warps were fastest in every dtype. The tests lower
+# these to exercise each path.
 MAX_FUSED_COLS = 16384
-ONE_PASS_COLS = 8192
-TILE_COLS = 4096
+TILE_COLS = 8192
+TILE_WARPS = 4
+# Where a row's tiles cannot all be held at once, each program writes the tile whose
+# ticket is a row's tiles plus LAG_PER_SM an SM below its own: long enough ago for that
+# row to be reduced, recent enough for the tile to be read again from L2 (swept: 1 to 8).
+LAG_PER_SM = 2
 TILE_ELEMS = 1024
 ELEMS_PER_THREAD = 16
 # The interpreter runs a program at a time with NumPy: few, large programs are fastest.
@@ -60,14 +66,13 @@ INTERPRETER_TILE_ELEMS = 2**16
 
 def _launch_metadata(grid, metadata, args):
     """What Proton's `-k triton` hook records for a launch: a readable name and the
-    bytes this kernel must move (it reads its input once, and writes once if it stores)."""
+    bytes a softmax must move (its input read once, its output written once)."""
     x = args["in_ptr"]
     rows, cols = args["n_rows"], args["n_cols"]
     dtype = str(x.dtype).removeprefix("torch.")
-    writes = "out_ptr" in args
     return {
         "name": f"{metadata.name} [{rows}x{cols} {dtype}]",
-        "bytes": rows * cols * x.element_size() * (2 if writes else 1),
+        "bytes": 2 * rows * cols * x.element_size(),
     }
 
 
@@ -114,6 +119,17 @@ def softmax_kernel(
         pl.exit_scope("store")
 
 
+@triton.jit
+def _merge_partials(max_ptr, sum_ptr, row, n_tiles, TILES: tl.constexpr):
+    # The row's max M and sum S = sum(s_t * exp(m_t - M)) from its tiles' maxima m_t and
+    # sums s_t, read past any cache (volatile): other programs have just written them.
+    t = tl.arange(0, TILES)
+    m_t = tl.load(max_ptr + row * n_tiles + t, mask=t < n_tiles, other=-float("inf"), volatile=True)
+    s_t = tl.load(sum_ptr + row * n_tiles + t, mask=t < n_tiles, other=0.0, volatile=True)
+    row_max = tl.max(m_t, axis=0)
+    return row_max, tl.sum(s_t * tl.exp(m_t - row_max), axis=0)
+
+
 @triton.jit(launch_metadata=_launch_metadata)
 def softmax_long_rows_kernel(
     out_ptr, in_ptr, max_ptr, sum_ptr, counter_ptr, n_rows, n_cols, in_row_stride,
@@ -126,30 +142,29 @@ def softmax_long_rows_kernel(
     # own row, and every row below the newest has all its tiles started; the newest
     # row's missing tiles start as soon as any program finishes. So the launch cannot
     # deadlock as long as the GPU holds n_tiles programs at once (_plan checks that).
+    # The tile's start joins the row's scalar address: half types then hold 10 registers fewer.
     ticket = tl.atomic_add(counter_ptr, 1)
     row = (ticket // n_tiles).to(tl.int64)
-    tile = ticket % n_tiles
-    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
+    start = (ticket % n_tiles) * BLOCK_N
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < n_cols - start
     if SCOPES:
         pl.enter_scope("load")
-    x = tl.load(
-        in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")
-    ).to(tl.float32)
+    x = tl.load(in_ptr + row * in_row_stride + start * in_col_stride + cols * in_col_stride,
+                mask=mask, other=-float("inf")).to(tl.float32)  # fmt: skip
     if SCOPES:
         pl.exit_scope("load")
         pl.enter_scope("partials")
     m = tl.max(x, axis=0)
-    # A tile of nothing but -inf has m = -inf and exp(-inf - -inf) = NaN; its true share
-    # of the row's sum is 0.
-    s = tl.where(m == -float("inf"), 0.0, tl.sum(tl.exp(x - m), axis=0))
-    tl.store(max_ptr + row * n_tiles + tile, m)
-    tl.store(sum_ptr + row * n_tiles + tile, s)
+    # One exp an element, kept for the output, as for fused rows. A tile of nothing but
+    # -inf has m = -inf, and its exponentials are 0, not exp(-inf - -inf) = NaN.
+    e = tl.exp(x - tl.where(m == -float("inf"), 0.0, m))
+    tl.store(max_ptr + ticket, m)
+    tl.store(sum_ptr + ticket, tl.sum(e, axis=0))
     if SCOPES:
         pl.exit_scope("partials")
         pl.enter_scope("wait")
-    # Release publishes this tile's partials with its arrival; acquire makes every
-    # other tile's visible once all have arrived.
+    # Release publishes this tile's partials with its arrival; acquire, all the others'.
     arrived = counter_ptr + 1 + row
     seen = tl.atomic_add(arrived, 1, sem="acq_rel") + 1
     while seen < n_tiles:
@@ -157,62 +172,76 @@ def softmax_long_rows_kernel(
     if SCOPES:
         pl.exit_scope("wait")
         pl.enter_scope("merge")
-    t = tl.arange(0, TILES)
-    m_t = tl.load(max_ptr + row * n_tiles + t, mask=t < n_tiles, other=-float("inf"), volatile=True)
-    s_t = tl.load(sum_ptr + row * n_tiles + t, mask=t < n_tiles, other=0.0, volatile=True)
-    row_max = tl.max(m_t, axis=0)
-    row_sum = tl.sum(s_t * tl.exp(m_t - row_max), axis=0)
+    row_max, row_sum = _merge_partials(max_ptr, sum_ptr, row, n_tiles, TILES)
     if SCOPES:
         pl.exit_scope("merge")
         pl.enter_scope("store")
-    y = tl.exp(x - row_max) / row_sum
-    tl.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    # exp(x - row_max) / row_sum, from this tile's exponentials: a scale an element.
+    y = e * (tl.exp(m - row_max) / row_sum)
+    out = out_ptr + row * out_row_stride + start + cols
+    tl.store(out, y.to(out_ptr.dtype.element_ty), mask=mask)
     if SCOPES:
         pl.exit_scope("store")
 
 
 @triton.jit(launch_metadata=_launch_metadata)
-def softmax_partials_kernel(
-    max_ptr, sum_ptr, in_ptr, n_rows, n_cols, in_row_stride, in_col_stride, n_tiles,
-    BLOCK_N: tl.constexpr,
+def softmax_long_rows_lagged_kernel(
+    out_ptr, in_ptr, max_ptr, sum_ptr, counter_ptr, n_rows, n_cols, in_row_stride,
+    in_col_stride, out_row_stride, n_tiles, lag,
+    BLOCK_N: tl.constexpr, TILES: tl.constexpr, SCOPES: tl.constexpr,
 ):  # fmt: skip
-    # Two-kernel path, pass 1: each program reduces one tile to its max m and to
-    # sum(exp(x - m)). Programs are (row, tile), so every tile of every row runs at once.
-    row = tl.program_id(0).to(tl.int64)
-    tile = tl.program_id(1)
-    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    x = tl.load(
-        in_ptr + row * in_row_stride + cols * in_col_stride,
-        mask=cols < n_cols,
-        other=-float("inf"),
-    ).to(tl.float32)
-    m = tl.max(x, axis=0)
-    s = tl.where(m == -float("inf"), 0.0, tl.sum(tl.exp(x - m), axis=0))
-    tl.store(max_ptr + row * n_tiles + tile, m)
-    tl.store(sum_ptr + row * n_tiles + tile, s)
-
-
-@triton.jit(launch_metadata=_launch_metadata)
-def softmax_normalize_kernel(
-    out_ptr, in_ptr, max_ptr, sum_ptr, n_rows, n_cols, in_row_stride, in_col_stride,
-    out_row_stride, n_tiles,
-    BLOCK_N: tl.constexpr, TILES: tl.constexpr,
-):  # fmt: skip
-    # Pass 2: merge the row's partials into its max M and sum S = sum(s_t * exp(m_t - M)),
-    # then write exp(x - M) / S for this program's tile. Programs run in the reverse order
-    # of pass 1, so the first ones re-read tiles that pass 1 touched last, still in L2.
-    row = (n_rows - 1 - tl.program_id(0)).to(tl.int64)
-    tile = n_tiles - 1 - tl.program_id(1)
-    t = tl.arange(0, TILES)
-    m_t = tl.load(max_ptr + row * n_tiles + t, mask=t < n_tiles, other=-float("inf"))
-    s_t = tl.load(sum_ptr + row * n_tiles + t, mask=t < n_tiles, other=0.0)
-    m = tl.max(m_t, axis=0)
-    s = tl.sum(s_t * tl.exp(m_t - m), axis=0)
-    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask)
-    y = tl.exp(x.to(tl.float32) - m) / s
-    tl.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    # Tiles are numbered row by row. The program that takes ticket k reduces tile k to
+    # its max and sum, then writes tile k - lag. As lag is at least a row's tiles, every
+    # tile of that row has a lower ticket than k: taken by a program already running,
+    # which reduces it before it waits itself. So no launch can deadlock, on any number
+    # of SMs. lag tiles ago is recent enough for the second read to come from L2.
+    ticket = tl.atomic_add(counter_ptr, 1)
+    if ticket < n_rows * n_tiles:
+        row = (ticket // n_tiles).to(tl.int64)
+        cols = (ticket % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+        if SCOPES:
+            pl.enter_scope("load")
+        x = tl.load(
+            in_ptr + row * in_row_stride + cols * in_col_stride,
+            mask=cols < n_cols,
+            other=-float("inf"),
+        ).to(tl.float32)
+        if SCOPES:
+            pl.exit_scope("load")
+            pl.enter_scope("partials")
+        m = tl.max(x, axis=0)
+        # A tile of nothing but -inf has m = -inf and exp(-inf - -inf) = NaN; its true
+        # share of the row's sum is 0.
+        s = tl.where(m == -float("inf"), 0.0, tl.sum(tl.exp(x - m), axis=0))
+        tl.store(max_ptr + ticket, m)
+        tl.store(sum_ptr + ticket, s)
+        # Release: the partials are visible to whoever sees this arrival.
+        tl.atomic_add(counter_ptr + 1 + row, 1, sem="release")
+        if SCOPES:
+            pl.exit_scope("partials")
+    done = ticket - lag
+    if done >= 0:
+        row = (done // n_tiles).to(tl.int64)
+        cols = (done % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = cols < n_cols
+        if SCOPES:
+            pl.enter_scope("wait")
+        # Acquire: once every tile of the row has arrived, all their partials are seen.
+        seen = tl.atomic_add(counter_ptr + 1 + row, 0, sem="acquire")
+        while seen < n_tiles:
+            seen = tl.atomic_add(counter_ptr + 1 + row, 0, sem="acquire")
+        if SCOPES:
+            pl.exit_scope("wait")
+            pl.enter_scope("merge")
+        row_max, row_sum = _merge_partials(max_ptr, sum_ptr, row, n_tiles, TILES)
+        if SCOPES:
+            pl.exit_scope("merge")
+            pl.enter_scope("store")
+        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask)
+        y = tl.exp(x.to(tl.float32) - row_max) * (1.0 / row_sum)
+        tl.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+        if SCOPES:
+            pl.exit_scope("store")
 
 
 def launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems=TILE_ELEMS):
@@ -229,11 +258,25 @@ def launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems=TILE_ELEMS):
     return block_m, block_n, max(1, min(16, num_warps))
 
 
+class Plan(NamedTuple):
+    """How softmax() launches for one shape: the kernel, its tile of BLOCK_M rows by
+    BLOCK_N columns, its warps and grid; for long rows, the tiles a row is cut into
+    (n_tiles, padded to a power of two in TILES) and the lag in tiles between reducing a
+    tile and writing it."""
+
+    kernel: str
+    block_m: int
+    block_n: int
+    num_warps: int
+    grid: tuple
+    n_tiles: int = 1
+    tiles: int = 1
+    lag: int = 0
+
+
 @functools.lru_cache(maxsize=1024)
 def _plan(n_rows, n_cols, device, itemsize):
-    """The kernel for a shape and element size on a device index, and its launch:
-    (kernel name, BLOCK_M, BLOCK_N, num_warps, grid, n_tiles, TILES). Worked out once
-    per shape: it costs microseconds of host time."""
+    """The Plan for a shape and element size on a device index."""
     if INTERPRET:  # one 'SM', and large programs: few programs to interpret
         n_sms, warp_size, tile_elems = 1, 32, INTERPRETER_TILE_ELEMS
     else:
@@ -242,51 +285,37 @@ def _plan(n_rows, n_cols, device, itemsize):
     fused = launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems)
     if fused:
         block_m, block_n, num_warps = fused
-        return (
-            "softmax_kernel",
-            block_m,
-            block_n,
-            num_warps,
-            (triton.cdiv(n_rows, block_m), 1, 1),
-            0,
-            0,
+        return Plan(
+            "softmax_kernel", block_m, block_n, num_warps, (triton.cdiv(n_rows, block_m), 1, 1)
         )
-    # One kernel reading each row once needs all of a row's programs on the GPU at once:
-    # one an SM always fits. The interpreter runs programs one after another, so a
-    # program that waits for another would wait forever there. On the H200 it reached
-    # 0.76 to 0.93 of copy in float32 (two kernels: 0.64 to 0.67), but half types, with
-    # half the bytes in flight a tile, did not gain: they keep two kernels.
-    n_tiles = triton.cdiv(n_cols, ONE_PASS_COLS)
-    if not INTERPRET and itemsize == 4 and n_tiles <= n_sms:
-        num_warps = max(1, ONE_PASS_COLS // (ELEMS_PER_THREAD * 2 * warp_size))
-        grid = (n_rows * n_tiles, 1, 1)
-        tiles = triton.next_power_of_2(n_tiles)
-        return "softmax_long_rows_kernel", 0, ONE_PASS_COLS, num_warps, grid, n_tiles, tiles
+    # Long rows. A program per tile holds its tile in registers while the row's other
+    # tiles are reduced, when the GPU can hold every tile of a row at once: one program
+    # an SM always fits. Otherwise, and in the interpreter, which runs one program at a
+    # time, each program writes a tile reduced lag tickets earlier.
     n_tiles = triton.cdiv(n_cols, TILE_COLS)
-    num_warps = max(1, TILE_COLS // (ELEMS_PER_THREAD * 2 * warp_size))
-    grid = (n_rows, n_tiles, 1)
-    return (
-        "softmax_partials_kernel",
-        0,
-        TILE_COLS,
-        num_warps,
-        grid,
-        n_tiles,
-        triton.next_power_of_2(n_tiles),
+    tiles = triton.next_power_of_2(n_tiles)
+    if not INTERPRET and n_tiles <= n_sms:
+        grid = (n_rows * n_tiles, 1, 1)
+        return Plan("softmax_long_rows_kernel", 1, TILE_COLS, TILE_WARPS, grid, n_tiles, tiles)
+    lag = n_tiles + LAG_PER_SM * n_sms
+    grid = (n_rows * n_tiles + lag, 1, 1)
+    return Plan(
+        "softmax_long_rows_lagged_kernel", 1, TILE_COLS, TILE_WARPS, grid, n_tiles, tiles, lag
     )
 
 
 # Launching as `kernel[grid](...)` binds and specialises every argument and builds a
-# cache key on each call: about 17 us of host time on the H200, for a kernel that runs
+# cache key on each call: about 15 us of host time on the H200, for a kernel that runs
 # 6 us at the default shape. So the first call for a key compiles the kernel (or finds
 # it in Triton's cache) with kernel.warmup(...), and later calls launch that compiled
-# kernel as compiled[grid](...), as Triton's fused-softmax tutorial does: about 12 us.
-_launches = {}  # (kernel, key) -> compiled[grid]: the kernel compiled for key, on its grid
+# kernel as compiled[grid](...), as Triton's fused-softmax tutorial does.
+_launches = {}  # _key(x) -> (run, workspaces, fixed): the compiled kernel and its arguments
 _HERE = contextlib.nullcontext()
+_FPSAN = hasattr(knobs.compilation, "fpsan_homomorphic_casts")  # Triton 3.9+
 
 
 def _key(x, device):
-    """What the compiled kernels of a softmax(x) call depend on, or finer.
+    """What the compiled kernel of a softmax(x) call depends on, or finer.
 
     Every launch argument follows from x's device, dtype, shape and strides (out and the
     workspaces are new, contiguous allocations; the plan follows from the shape).
@@ -298,33 +327,78 @@ def _key(x, device):
     return (
         device,
         x.dtype,
-        *x.shape,
-        *x.stride(),
+        x.shape,
+        x.stride(),
         x.data_ptr() % 16 == 0,
         _HIP and x.untyped_storage().nbytes() < 2**31,
         knobs.runtime.debug,
         knobs.compilation.instrumentation_mode,
-        getattr(knobs.compilation, "fpsan_homomorphic_casts", None),
+        _FPSAN and knobs.compilation.fpsan_homomorphic_casts,
     )
 
 
-def _launcher(kernel, key, grid, num_warps, args):
-    """A callable that launches kernel on grid when given args (every parameter,
-    positionally, the constexprs last)."""
+def _per_call_hooks():
+    """Whether kernel[grid] has work to do on every call that a compiled kernel skips."""
     runtime = knobs.runtime
-    # Hooks that kernel[grid] honours on every call, which a compiled kernel skips.
-    per_call = (
-        kernel.pre_run_hooks
+    return bool(
+        softmax_kernel.pre_run_hooks
+        or softmax_long_rows_kernel.pre_run_hooks
+        or softmax_long_rows_lagged_kernel.pre_run_hooks
         or runtime.jit_cache_hook
         or getattr(runtime, "add_stages_inspection_hook", None)  # Triton 3.7+
     )
-    if INTERPRET or per_call:
-        return functools.partial(kernel[grid], num_warps=num_warps)
-    launch = _launches.get((kernel, key))
-    if launch is None:
-        compiled = kernel.warmup(*args, grid=grid, num_warps=num_warps)
-        launch = _launches[kernel, key] = compiled[grid]
-    return launch
+
+
+def _no_workspaces(x):
+    return ()
+
+
+def _prepare(out, x, device, compile):
+    """(run, workspaces, fixed) for tensors of out's and x's key: softmax(x) is
+    run(out, x, *workspaces(x), *fixed), fixed being every argument that follows from
+    the key."""
+    n_rows, n_cols = x.shape
+    in_row_stride, in_col_stride = x.stride()
+    plan = _plan(n_rows, n_cols, device, x.element_size())
+    scopes = bool(knobs.compilation.instrumentation_mode)
+    if plan.kernel == "softmax_kernel":
+        kernel, workspaces = softmax_kernel, _no_workspaces
+        fixed = (n_rows, n_cols, in_row_stride, in_col_stride, n_cols, plan.block_m,
+                 plan.block_n, scopes)  # fmt: skip
+    else:
+
+        def workspaces(x):
+            # Each tile's max and sum; the ticket counter and each row's arrivals, which
+            # start at zero on every call, also when the call is replayed from a CUDA
+            # graph (the fill is in it).
+            partial_max = torch.empty((n_rows, plan.n_tiles), dtype=torch.float32, device=x.device)
+            partial_sum = torch.empty_like(partial_max)
+            counters = torch.zeros(n_rows + 1, dtype=torch.int32, device=x.device)
+            return partial_max, partial_sum, counters
+
+        if plan.kernel == "softmax_long_rows_kernel":
+            kernel, lag = softmax_long_rows_kernel, ()
+        else:
+            kernel, lag = softmax_long_rows_lagged_kernel, (plan.lag,)
+        fixed = (n_rows, n_cols, in_row_stride, in_col_stride, n_cols, plan.n_tiles, *lag,
+                 plan.block_n, plan.tiles, scopes)  # fmt: skip
+    if compile:
+        args = (out, x, *workspaces(x), *fixed)
+        run = kernel.warmup(*args, grid=plan.grid, num_warps=plan.num_warps)[plan.grid]
+    else:
+        run = functools.partial(kernel[plan.grid], num_warps=plan.num_warps)
+    return run, workspaces, fixed
+
+
+def _launcher(out, x, device):
+    """_prepare's (run, workspaces, fixed) for x's key, compiled on the key's first call."""
+    if _per_call_hooks():  # launched as kernel[grid] on this call, as those hooks expect
+        return _prepare(out, x, device, compile=False)
+    key = _key(x, device)
+    launcher = _launches.get(key)
+    if launcher is None:
+        launcher = _launches[key] = _prepare(out, x, device, compile=not INTERPRET)
+    return launcher
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -338,46 +412,26 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"softmax expects a 2-D tensor, got {x.ndim}-D")
     if x.dtype not in TOLERANCE:
         raise ValueError(f"softmax supports float32, float16 and bfloat16, not {x.dtype}")
-    if x.device.type != DEVICE:
+    if not (x.is_cuda if DEVICE == "cuda" else x.is_cpu):
         raise ValueError(f"softmax expects a tensor on {DEVICE}, got one on {x.device}")
     n_rows, n_cols = x.shape
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    # empty_like keeps the strides of a dense x: a transposed x would give a transposed out.
+    if x.is_contiguous():
+        out = torch.empty_like(x)
+    else:
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if not n_rows or not n_cols:
         return out
     # Column offsets are 32-bit; a strided view whose last column lies past 2**31
     # elements is copied first.
     if (n_cols - 1) * x.stride(1) >= 2**31:
         x = x.contiguous()
-    in_row_stride, in_col_stride = x.stride()
     device = x.get_device()
-    plan = _plan(n_rows, n_cols, device, x.element_size())
-    name, block_m, block_n, num_warps, grid, n_tiles, tiles = plan
-    key = _key(x, device)
-    scopes = bool(knobs.compilation.instrumentation_mode)
     # Triton launches on the current device; torch allocates on the tensor's.
     here = INTERPRET or device == torch.cuda.current_device()
     with _HERE if here else torch.cuda.device(device):
-        if name == "softmax_kernel":
-            args = (out, x, n_rows, n_cols, in_row_stride, in_col_stride, n_cols,
-                    block_m, block_n, scopes)  # fmt: skip
-            _launcher(softmax_kernel, key, grid, num_warps, args)(*args)
-            return out
-        partial_max = torch.empty((n_rows, n_tiles), dtype=torch.float32, device=x.device)
-        partial_sum = torch.empty_like(partial_max)
-        if name == "softmax_long_rows_kernel":
-            # The ticket counter and each row's arrivals start at zero on every call,
-            # also when the call is replayed from a CUDA graph (the fill is in it).
-            counters = torch.zeros(n_rows + 1, dtype=torch.int32, device=x.device)
-            args = (out, x, partial_max, partial_sum, counters, n_rows, n_cols, in_row_stride,
-                    in_col_stride, n_cols, n_tiles, block_n, tiles, scopes)  # fmt: skip
-            _launcher(softmax_long_rows_kernel, key, grid, num_warps, args)(*args)
-            return out
-        args = (partial_max, partial_sum, x, n_rows, n_cols, in_row_stride, in_col_stride,
-                n_tiles, block_n)  # fmt: skip
-        _launcher(softmax_partials_kernel, key, grid, num_warps, args)(*args)
-        args = (out, x, partial_max, partial_sum, n_rows, n_cols, in_row_stride, in_col_stride,
-                n_cols, n_tiles, block_n, tiles)  # fmt: skip
-        _launcher(softmax_normalize_kernel, key, grid, num_warps, args)(*args)
+        run, workspaces, fixed = _launcher(out, x, device)
+        run(out, x, *workspaces(x), *fixed)
     return out
 
 

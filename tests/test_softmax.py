@@ -32,11 +32,10 @@ def randn(rows, cols, dtype=torch.float32, scale=1.0):
 
 @pytest.fixture
 def tiled(monkeypatch):
-    """Rows longer than 8 columns cut into tiles of 16: in the interpreter, the
-    two-kernel path."""
+    """Rows longer than 8 columns cut into tiles of 16: in the interpreter, the kernel
+    that writes each tile lag tickets after reducing it."""
     monkeypatch.setattr(sm, "MAX_FUSED_COLS", 8)
     monkeypatch.setattr(sm, "TILE_COLS", 16)
-    monkeypatch.setattr(sm, "ONE_PASS_COLS", 16)
     sm._plan.cache_clear()  # configurations worked out with the real limits
     yield
     sm._plan.cache_clear()
@@ -54,7 +53,7 @@ def test_matches_torch(shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(3, 9), (2, 15), (4, 16), (3, 17), (2, 100), (5, 1025)], ids=str)
 def test_tiled_path_matches_torch(tiled, shape, dtype):
-    assert sm._plan(*shape, -1, 4)[0] == "softmax_partials_kernel"
+    assert sm._plan(*shape, -1, dtype.itemsize).kernel == "softmax_long_rows_lagged_kernel"
     check(randn(*shape, dtype))
 
 
@@ -67,22 +66,15 @@ def test_short_rows_share_a_program():
 
 def test_the_interpreter_gets_few_large_programs():
     # Each program is interpreted in Python: the default shape runs as 64, not 4096.
-    name, block_m, _, _, grid, _, _ = sm._plan(4096, 1024, -1, 4)
-    assert name == "softmax_kernel" and grid == (4096 // block_m, 1, 1) and grid[0] <= 64
+    plan = sm._plan(4096, 1024, -1, 4)
+    assert plan.kernel == "softmax_kernel" and plan.grid == (4096 // plan.block_m, 1, 1)
+    assert plan.grid[0] <= 64
 
 
-@pytest.mark.parametrize(
-    "sms, cols, itemsize, name",
-    [
-        (132, 1024, 4, "softmax_kernel"),
-        (132, 65536, 4, "softmax_long_rows_kernel"),  # 8 tiles, on 132 SMs
-        (132, 132 * sm.ONE_PASS_COLS, 4, "softmax_long_rows_kernel"),  # one tile an SM
-        (132, 132 * sm.ONE_PASS_COLS + 1, 4, "softmax_partials_kernel"),  # more than SMs
-        (4, 65536, 4, "softmax_partials_kernel"),
-        (132, 65536, 2, "softmax_partials_kernel"),  # half types gained nothing read once
-    ],
-)
-def test_the_plan_on_a_gpu(monkeypatch, sms, cols, itemsize, name):
+@pytest.mark.parametrize("sms", [1, 132])
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("cols", [1024, 65536, 132 * 8192, 132 * 8192 + 1])
+def test_the_plan_on_a_gpu(monkeypatch, sms, cols, itemsize):
     props = SimpleNamespace(multi_processor_count=sms, warp_size=32)
     monkeypatch.setattr(sm, "INTERPRET", False)
     monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
@@ -91,12 +83,19 @@ def test_the_plan_on_a_gpu(monkeypatch, sms, cols, itemsize, name):
         plan = sm._plan(64, cols, 0, itemsize)
     finally:
         sm._plan.cache_clear()
-    assert plan[0] == name
-    if name == "softmax_long_rows_kernel":  # one program a tile, a ticket each
-        n_tiles = -(-cols // sm.ONE_PASS_COLS)
-        assert plan[4] == (64 * n_tiles, 1, 1) and plan[5] == n_tiles
-    if name == "softmax_partials_kernel":
-        assert plan[4] == (64, -(-cols // sm.TILE_COLS), 1)
+    if cols <= sm.MAX_FUSED_COLS:
+        assert plan.kernel == "softmax_kernel"
+        return
+    # Long rows: tiles of TILE_COLS in every dtype, a ticket a tile. A tile an SM at
+    # most: each held by its program; more: lag more programs write the last tiles.
+    n_tiles = -(-cols // sm.TILE_COLS)
+    assert plan.block_n == sm.TILE_COLS and plan.n_tiles == n_tiles and plan.tiles >= n_tiles
+    if n_tiles <= sms:
+        assert plan.kernel == "softmax_long_rows_kernel" and plan.grid == (64 * n_tiles, 1, 1)
+    else:
+        assert plan.kernel == "softmax_long_rows_lagged_kernel"
+        assert plan.lag == n_tiles + sm.LAG_PER_SM * sms
+        assert plan.grid == (64 * n_tiles + plan.lag, 1, 1)
 
 
 @pytest.mark.parametrize("use_tiles", [False, True], ids=["fused", "tiled"])
@@ -184,7 +183,7 @@ class FakeJit:
 def gpu_path(monkeypatch):
     """softmax() as it runs on a GPU of one SM (CPU tensors stand in), kernels faked."""
     fakes = {}
-    for name in ("softmax_kernel", "softmax_partials_kernel", "softmax_normalize_kernel"):
+    for name in ("softmax_kernel", "softmax_long_rows_kernel", "softmax_long_rows_lagged_kernel"):
         fakes[name] = FakeJit(getattr(sm, name))
         monkeypatch.setattr(sm, name, fakes[name])
     monkeypatch.setattr(sm, "INTERPRET", False)
@@ -209,7 +208,7 @@ def test_a_key_compiles_once_and_then_launches_the_compiled_kernel(gpu_path):
     check(randn(5, 100))  # other values, same key
     assert compiles(fakes) == {"softmax_kernel": 1}
     (compiled,) = fakes["softmax_kernel"].compiled
-    assert compiled.launches == [sm._plan(5, 100, -1, 4)[4]] * 4
+    assert compiled.launches == [sm._plan(5, 100, -1, 4).grid] * 4
     assert fakes["softmax_kernel"].jit_launches == 0
 
 
@@ -286,20 +285,22 @@ def test_a_storage_past_2_gib_gets_its_own_kernel_on_amd(gpu_path, monkeypatch, 
 def test_each_device_compiles_its_own(gpu_path):
     fake = gpu_path["softmax_kernel"]
     x = randn(5, 100)
-    plan = sm._plan(5, 100, -1, 4)
-    args = (torch.empty_like(x), x, 5, 100, 100, 1, 100, *plan[1:3], False)
     for device in (0, 1, 0):
-        sm._launcher(fake, sm._key(x, device), plan[4], 1, args)(*args)
+        sm._launcher(torch.empty_like(x), x, device)
     assert len(fake.compiled) == 2
 
 
-def test_long_rows_beyond_the_gpu_take_two_kernels(gpu_path, tiled):
-    # One SM cannot hold the two tiles of a row at once: the two-kernel path.
+def test_long_rows_beyond_the_gpu_are_written_lag_tickets_later(gpu_path, tiled):
+    # Four tiles a row on a GPU of one SM: a program waits only for lower tickets, all
+    # taken by programs already running, so even one program at a time finishes.
     fakes = gpu_path
     for _ in range(2):
         check(randn(3, 50))
-    assert compiles(fakes) == {"softmax_partials_kernel": 1, "softmax_normalize_kernel": 1}
-    assert all(len(fake.compiled[0].launches) == 2 for fake in fakes.values() if fake.compiled)
+    assert compiles(fakes) == {"softmax_long_rows_lagged_kernel": 1}
+    lag = 4 + sm.LAG_PER_SM
+    assert (
+        fakes["softmax_long_rows_lagged_kernel"].compiled[0].launches == [(3 * 4 + lag, 1, 1)] * 2
+    )
 
 
 def test_a_tensor_elsewhere_is_refused(gpu_path, monkeypatch):
@@ -408,36 +409,40 @@ def test_gpu_cached_launches_stay_correct():
     # key goes to its compiled kernel.
     inputs = [randn(4096, 1024), randn(4096, 1000, torch.bfloat16), randn(1024, 300).t(),
               randn(7, 40000, torch.float16), randn(1, 64), randn(300, 1025)[:, 1:],
-              randn(3, 133 * sm.ONE_PASS_COLS)]  # fmt: skip
+              randn(3, 2**20 + 1)]  # fmt: skip
     sm._launches.clear()
     for _ in range(3):
         for x in inputs:
             check(x.normal_())
-    assert len(sm._launches) == 9  # a kernel an input; two for each taking two kernels
+    assert len(sm._launches) == len(inputs)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("tiles", [3, 8, 64, 128])
+@pytest.mark.parametrize("tiles", [3, 8, 64, 128, 1000])
 def test_gpu_long_rows(dtype, tiles):
-    # float32 reads them once (one program a tile); half types take two kernels.
-    cols = tiles * sm.ONE_PASS_COLS - 5  # the last tile part padding
-    plan = sm._plan(9, cols, 0, dtype.itemsize)[0]
-    one_pass = dtype == torch.float32
-    assert plan == ("softmax_long_rows_kernel" if one_pass else "softmax_partials_kernel")
+    # Up to a tile an SM, each held by its program; 1000 tiles, written lag tickets later.
+    tile = sm.TILE_COLS
+    cols = tiles * tile - 5  # the last tile part padding
+    plan = sm._plan(9, cols, 0, dtype.itemsize)
+    held = tiles <= torch.cuda.get_device_properties(0).multi_processor_count
+    assert plan.kernel == "softmax_long_rows_" + ("kernel" if held else "lagged_kernel")
+    assert plan.n_tiles == tiles
     x = randn(9, cols, dtype, scale=10)
     x[1, :] = -float("inf")  # a row of -inf: NaN, as torch gives
-    x[2, : sm.ONE_PASS_COLS + 7] = -float("inf")  # whole tiles of -inf: they add nothing
+    x[2, : tile + 7] = -float("inf")  # a whole tile of -inf: it adds nothing
     y = check(x)
-    assert y[1].isnan().all() and (y[2, : sm.ONE_PASS_COLS + 7] == 0).all()
+    assert y[1].isnan().all() and (y[2, : tile + 7] == 0).all()
     check(randn(2 * cols, 9, dtype).t())  # strided: column stride 9
     check(randn(9, cols + 64, dtype)[:, 64:])  # row stride wider than the row
 
 
 @pytest.mark.gpu
-def test_gpu_long_rows_replayed_from_a_cuda_graph():
+@pytest.mark.parametrize("held", [True, False], ids=["held", "lagged"])
+def test_gpu_long_rows_replayed_from_a_cuda_graph(held):
     # The counters are zeroed inside the graph, so every replay starts afresh.
-    x = randn(64, 16 * sm.ONE_PASS_COLS)
+    n_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    x = randn(8, (16 if held else n_sms + 1) * sm.TILE_COLS)
     sm.softmax(x)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -447,14 +452,6 @@ def test_gpu_long_rows_replayed_from_a_cuda_graph():
         graph.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(y, torch.softmax(x, dim=1), atol=1e-6, rtol=0)
-
-
-@pytest.mark.gpu
-def test_gpu_rows_longer_than_the_gpu_holds_take_two_kernels():
-    n_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cols = (n_sms + 1) * sm.ONE_PASS_COLS
-    assert sm._plan(3, cols, 0, 4)[0] == "softmax_partials_kernel"
-    check(randn(3, cols))
 
 
 @pytest.mark.gpu
