@@ -50,9 +50,10 @@ from parse_hatchet import write_output  # noqa: E402
 SHAPES = [(4096, c) for c in (256, 512, 1024, 2048, 4096, 8192, 16384)]
 SHAPES += [(65536, 2048), (1024, 65536), (512, 131072), (256, 262144), (64, 1048576)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-PATHS = {"softmax_kernel": "fused", "softmax_long_rows_kernel": "one pass",
-         "softmax_partials_kernel": "two kernels"}  # fmt: skip
+PATHS = {"softmax_kernel": "fused", "softmax_long_rows_kernel": "tiles",
+         "softmax_long_rows_lagged_kernel": "lagged tiles"}  # fmt: skip
 ROUNDS = 5
+HOST_ROUNDS = 15
 LOOP_CALLS = 200
 HOST_CALLS = 2000
 
@@ -104,10 +105,10 @@ def loop_us(fn, calls):
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def rounds(fns, measure):
-    """measure(fn) for every candidate, ROUNDS times, candidates interleaved."""
+def rounds(fns, measure, n=ROUNDS):
+    """measure(fn) for every candidate, n times, candidates interleaved."""
     seen = {name: [] for name in fns}
-    for _ in range(ROUNDS):
+    for _ in range(n):
         for name, fn in fns.items():
             seen[name].append(measure(fn))
     return seen
@@ -131,7 +132,7 @@ def point(dtype, rows, cols):
         "dtype": str(dtype).removeprefix("torch."),
         "rows": rows,
         "cols": cols,
-        "path": PATHS[sm._plan(rows, cols, x.get_device(), x.element_size())[0]],
+        "path": PATHS[sm._plan(rows, cols, x.get_device(), x.element_size()).kernel],
         "max_abs_err": err,
         "correct": err <= sm.TOLERANCE[dtype],
         "device_us": median(device),
@@ -144,15 +145,22 @@ def point(dtype, rows, cols):
 
 def host_costs():
     """Loop time per call on a 4 x 64 input, where the GPU waits for the host; with
-    softmax.py's kernel launched as kernel[grid](...) too, Triton's plain launch."""
+    softmax.py's kernel launched as kernel[grid](...) too, Triton's plain launch. The
+    host's speed drifts between rounds: its ratios to torch.softmax are taken within
+    each round, then their median kept."""
     x = torch.randn(4, 64, device="cuda")
     fns, _ = candidates(x)
     out = torch.empty_like(x)
-    _, block_m, block_n, num_warps, grid, _, _ = sm._plan(4, 64, x.get_device(), 4)
-    args = (out, x, 4, 64, 64, 1, 64, block_m, block_n, False)
-    fns["kernel[grid]"] = lambda: sm.softmax_kernel[grid](*args, num_warps=num_warps)
-    seen = rounds(fns, lambda fn: loop_us(fn, HOST_CALLS))
-    return median(seen), spread(seen)
+    plan = sm._plan(4, 64, x.get_device(), 4)
+    args = (out, x, 4, 64, 64, 1, 64, plan.block_m, plan.block_n, False)
+    fns["kernel[grid]"] = lambda: sm.softmax_kernel[plan.grid](*args, num_warps=plan.num_warps)
+    seen = rounds(fns, lambda fn: loop_us(fn, HOST_CALLS), HOST_ROUNDS)
+    torch_us = seen["torch.softmax"]
+    ratios = {
+        name: statistics.median(a / b for a, b in zip(v, torch_us, strict=True))
+        for name, v in seen.items()
+    }
+    return median(seen), spread(seen), ratios
 
 
 def wall_s(cmd):
@@ -206,7 +214,8 @@ def main():
             results["points"].append(p)
             print(report.progress_line(p), flush=True)
             torch.cuda.empty_cache()
-    results["host_us"], results["host_us_spread"] = host_costs()
+    results["host_us"], results["host_us_spread"], results["host_vs_torch"] = host_costs()
+    results["host_rounds"] = HOST_ROUNDS
     print(f"sweep: host us per call {json.dumps(results['host_us'])}", flush=True)
     default = next(p for p in results["points"] if p["dtype"] == "float32" and p["cols"] == 1024)
     results["profiling"] = profiling_cost(default["device_us"]["softmax.py"])

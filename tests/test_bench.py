@@ -17,12 +17,15 @@ CANDIDATES = {"softmax.py", "torch.softmax", "torch.compile", "liger", "copy"}
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
 def test_results_hold_the_promised_keys(path):
     r = json.loads(path.read_text())
-    assert {"device", "torch", "triton", "points", "host_us", "profiling"} <= set(r)
+    assert {"device", "torch", "triton", "points", "host_us", "host_vs_torch", "profiling"} <= set(
+        r
+    )
     assert set(r["host_us"]) - {"kernel[grid]"} == CANDIDATES
+    assert set(r["host_vs_torch"]) == set(r["host_us"]) and r["host_vs_torch"]["torch.softmax"] == 1
     assert {"run_wall_s", "profile_wall_s", "profile_vs_run", "proton_kernel_us",
             "device_us"} <= set(r["profiling"])  # fmt: skip
     for p in r["points"]:
-        assert p["correct"] and p["path"] in ("fused", "tiled", "one pass", "two kernels")
+        assert p["correct"] and p["path"] in ("fused", "tiles", "lagged tiles")
         assert set(p["device_us"]) | set(p["notes"]) == CANDIDATES
         assert set(p["loop_us"]) == set(p["device_us"]) == set(p["device_us_spread"])
         for name, (low, high) in p["device_us_spread"].items():
