@@ -48,8 +48,8 @@ def test_the_captures_frames_are_lines_of_this_softmax_py():
     assert frames
     for line, func in frames:
         assert function_at(int(line)) == func, f"softmax.py:{line} is not in {func}"
-        if func == "softmax":  # the launch sites
-            assert "_launcher(" in lines[int(line) - 1]
+        if func == "softmax":  # the launch site: the compiled kernel's call
+            assert "run(out, x, " in lines[int(line) - 1]
 
 
 def test_the_run_output_is_what_make_run_prints(capsys):
@@ -74,4 +74,6 @@ def test_the_parse_speed_table_is_the_committed_results():
 def test_the_performance_figures_are_the_committed_benchmark():
     results = json.loads((ROOT / "bench" / "results" / "nvidia-h200.json").read_text())
     host = results["host_us"]
-    assert f"| {host['softmax.py']:.1f} | {host['torch.softmax']:.1f} |" in README
+    assert f"| us | {host['softmax.py']:.1f} | {host['torch.softmax']:.1f} |" in README
+    vs_torch = results["host_vs_torch"]
+    assert f"| vs torch.softmax | {vs_torch['softmax.py']:.2f}x | 1.00x |" in README
