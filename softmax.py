@@ -2,12 +2,11 @@
 
     python softmax.py --rows 4096 --cols 1024 --iters 20
 
-Each row is read from memory once and written once: the row max, the exponentials,
-their sum and the division all happen on-chip. A row too long for one program is cut
-into tiles held by as many programs, which trade their tile's max and sum and then
-write their part of the row (still one read, one write). Where the GPU cannot hold
-every tile of a row at once, and in Triton's CPU interpreter, each program writes a
-tile that another reduced a little earlier instead, read a second time (from L2).
+Each row is read from memory once and written once: max, exponentials, sum and division
+happen on-chip. A row too long for one program is cut into tiles held by as many
+programs, which trade their tile's max and sum, then write their part of the row. Where
+the GPU cannot hold a row's tiles at once, and in the interpreter, each program writes a
+tile reduced a little earlier instead, read a second time (from L2).
 
 With no GPU visible (or TRITON_INTERPRET=1) the kernels run in Triton's CPU interpreter.
 Under a launcher such as torchrun, each process uses the GPU its LOCAL_RANK names.
@@ -33,7 +32,7 @@ import triton.language as tl  # noqa: E402
 import triton.profiler.language as pl  # noqa: E402
 from triton import knobs  # noqa: E402
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+INTERPRET = knobs.runtime.interpret
 DEVICE = "cpu" if INTERPRET else "cuda"
 _HIP = torch.version.hip is not None
 
@@ -45,19 +44,17 @@ TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 2**-8, torch.float16: 2**-11}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 # Rows up to this many columns are held whole in one program's registers; longer rows
-# are cut into tiles of TILE_COLS columns, a program of TILE_WARPS warps for each. Short
-# rows are grouped so that one program holds at least TILE_ELEMS elements, at about
-# ELEMS_PER_THREAD a thread. All were swept on the H200: fewer elements per program leave
-# too few loads in flight to hide memory latency; more add warps, or registers, that only
-# wait. Tiles of 8192 columns and 4 warps were fastest in every dtype. The tests lower
-# these to exercise each path.
+# are cut into tiles of TILE_COLS columns, TILE_WARPS warps a tile. Short rows are grouped
+# so that a program holds at least TILE_ELEMS elements, about ELEMS_PER_THREAD a thread.
+# Swept on the H200: fewer elements a program leave too few loads in flight, more add
+# warps or registers that only wait. The tests lower them to exercise each path.
 MAX_FUSED_COLS = 16384
 TILE_COLS = 8192
 TILE_WARPS = 4
-# Where a row's tiles cannot all be held at once, each program writes the tile whose
-# ticket is a row's tiles plus LAG_PER_SM an SM below its own: long enough ago for that
-# row to be reduced, recent enough for the tile to be read again from L2 (swept: 1 to 8).
+# Lagged tiles: a program writes the tile a row plus LAG_PER_SM tickets an SM below its
+# own: late enough for that row to be reduced, soon enough to re-read it from L2.
 LAG_PER_SM = 2
+MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
 TILE_ELEMS = 1024
 ELEMS_PER_THREAD = 16
 # The interpreter runs a program at a time with NumPy: few, large programs are fastest.
@@ -76,10 +73,9 @@ def _launch_metadata(grid, metadata, args):
     }
 
 
-# SCOPES is True only while Proton's instrumentation backend compiles the kernel: then
-# each pl scope records its start and end cycles (`make intra`). Otherwise the `if` is
-# decided at compile time and the scopes leave no trace in the compiled code; in the
-# interpreter, which cannot run pl calls, they are skipped the same way.
+# SCOPES is True only while Proton's instrumentation backend compiles the kernel: each pl
+# scope then records its start and end cycles (`make intra`). Otherwise the `if` is decided
+# at compile time and the scopes leave no trace in the compiled code.
 
 
 @triton.jit(launch_metadata=_launch_metadata)
@@ -119,29 +115,18 @@ def softmax_kernel(
         pl.exit_scope("store")
 
 
-@triton.jit
-def _merge_partials(max_ptr, sum_ptr, row, n_tiles, TILES: tl.constexpr):
-    # The row's max M and sum S = sum(s_t * exp(m_t - M)) from its tiles' maxima m_t and
-    # sums s_t, read past any cache (volatile): other programs have just written them.
-    t = tl.arange(0, TILES)
-    m_t = tl.load(max_ptr + row * n_tiles + t, mask=t < n_tiles, other=-float("inf"), volatile=True)
-    s_t = tl.load(sum_ptr + row * n_tiles + t, mask=t < n_tiles, other=0.0, volatile=True)
-    row_max = tl.max(m_t, axis=0)
-    return row_max, tl.sum(s_t * tl.exp(m_t - row_max), axis=0)
-
-
 @triton.jit(launch_metadata=_launch_metadata)
 def softmax_long_rows_kernel(
     out_ptr, in_ptr, max_ptr, sum_ptr, counter_ptr, n_rows, n_cols, in_row_stride,
     in_col_stride, out_row_stride, n_tiles,
     BLOCK_N: tl.constexpr, TILES: tl.constexpr, SCOPES: tl.constexpr,
 ):  # fmt: skip
-    # A row of n_tiles tiles is held by n_tiles programs, each with one tile in its
-    # registers. Programs take tickets in the order they start: ticket k is tile
-    # k % n_tiles of row k // n_tiles. A program waits only for the other tiles of its
-    # own row, and every row below the newest has all its tiles started; the newest
-    # row's missing tiles start as soon as any program finishes. So the launch cannot
-    # deadlock as long as the GPU holds n_tiles programs at once (_plan checks that).
+    # A row of n_tiles tiles is held by n_tiles programs, a tile each, in registers.
+    # Programs take tickets in the order they start: ticket k is tile k % n_tiles of row
+    # k // n_tiles. So only the newest row can have tiles not started, and at most
+    # n_tiles - 1 programs wait at once: a GPU that holds n_tiles programs (_plan: one an
+    # SM) always has room for the next, and every row completes. That assumes no other
+    # kernel fills the SMs meanwhile (another stream, MPS).
     # The tile's start joins the row's scalar address: half types then hold 10 registers fewer.
     ticket = tl.atomic_add(counter_ptr, 1)
     row = (ticket // n_tiles).to(tl.int64)
@@ -172,7 +157,13 @@ def softmax_long_rows_kernel(
     if SCOPES:
         pl.exit_scope("wait")
         pl.enter_scope("merge")
-    row_max, row_sum = _merge_partials(max_ptr, sum_ptr, row, n_tiles, TILES)
+    # The row's max M and sum S = sum(s_t * exp(m_t - M)) from its tiles' maxima m_t and
+    # sums s_t: volatile loads, after the acquire that made them visible.
+    t = tl.arange(0, TILES)
+    m_t = tl.load(max_ptr + row * n_tiles + t, mask=t < n_tiles, other=-float("inf"), volatile=True)
+    s_t = tl.load(sum_ptr + row * n_tiles + t, mask=t < n_tiles, other=0.0, volatile=True)
+    row_max = tl.max(m_t, axis=0)
+    row_sum = tl.sum(s_t * tl.exp(m_t - row_max), axis=0)
     if SCOPES:
         pl.exit_scope("merge")
         pl.enter_scope("store")
@@ -193,30 +184,39 @@ def softmax_long_rows_lagged_kernel(
     # Tiles are numbered row by row. The program that takes ticket k reduces tile k to
     # its max and sum, then writes tile k - lag. As lag is at least a row's tiles, every
     # tile of that row has a lower ticket than k: taken by a program already running,
-    # which reduces it before it waits itself. So no launch can deadlock, on any number
-    # of SMs. lag tiles ago is recent enough for the second read to come from L2.
+    # which reduces it before it waits itself (the merge below waits for nothing). So no
+    # launch can deadlock, on any number of SMs; and lag tiles ago, the tile is in L2.
     ticket = tl.atomic_add(counter_ptr, 1)
     if ticket < n_rows * n_tiles:
         row = (ticket // n_tiles).to(tl.int64)
         cols = (ticket % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
         if SCOPES:
             pl.enter_scope("load")
-        x = tl.load(
-            in_ptr + row * in_row_stride + cols * in_col_stride,
-            mask=cols < n_cols,
-            other=-float("inf"),
-        ).to(tl.float32)
+        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=cols < n_cols,
+                    other=-float("inf")).to(tl.float32)  # fmt: skip
         if SCOPES:
             pl.exit_scope("load")
             pl.enter_scope("partials")
-        m = tl.max(x, axis=0)
-        # A tile of nothing but -inf has m = -inf and exp(-inf - -inf) = NaN; its true
-        # share of the row's sum is 0.
-        s = tl.where(m == -float("inf"), 0.0, tl.sum(tl.exp(x - m), axis=0))
+        m = tl.max(x, axis=0)  # a tile of -inf adds 0 and a NaN stays NaN, as held
         tl.store(max_ptr + ticket, m)
-        tl.store(sum_ptr + ticket, s)
-        # Release: the partials are visible to whoever sees this arrival.
-        tl.atomic_add(counter_ptr + 1 + row, 1, sem="release")
+        tl.store(sum_ptr + ticket, tl.sum(tl.exp(x - tl.where(m == -float("inf"), 0.0, m)), 0))
+        # The row's last tile to arrive (acq_rel: it sees the others' partials) merges
+        # them, once a row, into the row's first slots, and arrives again (release).
+        if tl.atomic_add(counter_ptr + 1 + row, 1, sem="acq_rel") == n_tiles - 1:
+            row_max = tl.zeros((), tl.float32) - float("inf")
+            row_sum = tl.zeros((), tl.float32)
+            for first in range(0, n_tiles, TILES):  # an online max and sum, TILES at a time
+                t = row * n_tiles + first + tl.arange(0, TILES)
+                live = first + tl.arange(0, TILES) < n_tiles
+                m_t = tl.load(max_ptr + t, mask=live, other=-float("inf"), volatile=True)
+                s_t = tl.load(sum_ptr + t, mask=live, other=0.0, volatile=True)
+                new_max = tl.maximum(row_max, tl.max(m_t, axis=0))
+                base = tl.where(new_max == -float("inf"), 0.0, new_max)  # no -inf - -inf
+                row_sum = row_sum * tl.exp(row_max - base) + tl.sum(s_t * tl.exp(m_t - base), 0)
+                row_max = new_max
+            tl.store(max_ptr + row * n_tiles, row_max)
+            tl.store(sum_ptr + row * n_tiles, row_sum)
+            tl.atomic_add(counter_ptr + 1 + row, 1, sem="release")
         if SCOPES:
             pl.exit_scope("partials")
     done = ticket - lag
@@ -226,17 +226,15 @@ def softmax_long_rows_lagged_kernel(
         mask = cols < n_cols
         if SCOPES:
             pl.enter_scope("wait")
-        # Acquire: once every tile of the row has arrived, all their partials are seen.
+        # Acquire: once the row is merged (n_tiles + 1 arrivals), its max and sum are seen.
         seen = tl.atomic_add(counter_ptr + 1 + row, 0, sem="acquire")
-        while seen < n_tiles:
+        while seen <= n_tiles:
             seen = tl.atomic_add(counter_ptr + 1 + row, 0, sem="acquire")
         if SCOPES:
             pl.exit_scope("wait")
-            pl.enter_scope("merge")
-        row_max, row_sum = _merge_partials(max_ptr, sum_ptr, row, n_tiles, TILES)
-        if SCOPES:
-            pl.exit_scope("merge")
             pl.enter_scope("store")
+        row_max = tl.load(max_ptr + row * n_tiles, volatile=True)
+        row_sum = tl.load(sum_ptr + row * n_tiles, volatile=True)
         x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask)
         y = tl.exp(x.to(tl.float32) - row_max) * (1.0 / row_sum)
         tl.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
@@ -275,8 +273,8 @@ class Plan(NamedTuple):
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(n_rows, n_cols, device, itemsize):
-    """The Plan for a shape and element size on a device index."""
+def _plan(n_rows, n_cols, device):
+    """The Plan for a shape on a device index (tiles are of columns, in every dtype)."""
     if INTERPRET:  # one 'SM', and large programs: few programs to interpret
         n_sms, warp_size, tile_elems = 1, 32, INTERPRETER_TILE_ELEMS
     else:
@@ -293,8 +291,8 @@ def _plan(n_rows, n_cols, device, itemsize):
     # an SM always fits. Otherwise, and in the interpreter, which runs one program at a
     # time, each program writes a tile reduced lag tickets earlier.
     n_tiles = triton.cdiv(n_cols, TILE_COLS)
-    tiles = triton.next_power_of_2(n_tiles)
-    if not INTERPRET and n_tiles <= n_sms:
+    tiles = triton.next_power_of_2(min(n_tiles, MERGE_TILES))
+    if not INTERPRET and n_tiles <= min(n_sms, MERGE_TILES):
         grid = (n_rows * n_tiles, 1, 1)
         return Plan("softmax_long_rows_kernel", 1, TILE_COLS, TILE_WARPS, grid, n_tiles, tiles)
     lag = n_tiles + LAG_PER_SM * n_sms
@@ -310,20 +308,18 @@ def _plan(n_rows, n_cols, device, itemsize):
 # it in Triton's cache) with kernel.warmup(...), and later calls launch that compiled
 # kernel as compiled[grid](...), as Triton's fused-softmax tutorial does.
 _launches = {}  # _key(x) -> (run, workspaces, fixed): the compiled kernel and its arguments
+MAX_LAUNCHES = 4096
 _HERE = contextlib.nullcontext()
 _FPSAN = hasattr(knobs.compilation, "fpsan_homomorphic_casts")  # Triton 3.9+
 
 
 def _key(x, device):
-    """What the compiled kernel of a softmax(x) call depends on, or finer.
-
-    Every launch argument follows from x's device, dtype, shape and strides (out and the
-    workspaces are new, contiguous allocations; the plan follows from the shape).
-    Triton further specialises pointers on 16-byte alignment and, on AMD, on a storage
-    under 2 GiB (buffer loads); and compiles in the global options that kernel[grid]
-    reads on every launch (debugging, Proton's instrumentation mode, 3.9's float
-    sanitizer).
-    """
+    """What the compiled kernel of a softmax(x) call depends on, or finer. Every launch
+    argument follows from x's device, dtype, shape and strides (out and the workspaces
+    are new, contiguous allocations). Triton also specialises pointers on 16-byte
+    alignment and, on AMD, on a storage under 2 GiB (buffer loads), and compiles in the
+    options kernel[grid] reads on each launch (debug, Proton's instrumentation mode,
+    3.9's float sanitizer)."""
     return (
         device,
         x.dtype,
@@ -338,7 +334,8 @@ def _key(x, device):
 
 
 def _per_call_hooks():
-    """Whether kernel[grid] has work to do on every call that a compiled kernel skips."""
+    """Whether a hook is set that kernel[grid] consults on its calls and a compiled kernel
+    skips, or that can keep warmup() from returning a kernel (jit_cache_hook)."""
     runtime = knobs.runtime
     return bool(
         softmax_kernel.pre_run_hooks
@@ -353,14 +350,14 @@ def _no_workspaces(x):
     return ()
 
 
-def _prepare(out, x, device, compile):
+def _prepare(out, x, device, precompile):
     """(run, workspaces, fixed) for tensors of out's and x's key: softmax(x) is
     run(out, x, *workspaces(x), *fixed), fixed being every argument that follows from
     the key."""
     n_rows, n_cols = x.shape
     in_row_stride, in_col_stride = x.stride()
-    plan = _plan(n_rows, n_cols, device, x.element_size())
-    scopes = bool(knobs.compilation.instrumentation_mode)
+    plan = _plan(n_rows, n_cols, device)
+    scopes = bool(knobs.compilation.instrumentation_mode) and not INTERPRET
     if plan.kernel == "softmax_kernel":
         kernel, workspaces = softmax_kernel, _no_workspaces
         fixed = (n_rows, n_cols, in_row_stride, in_col_stride, n_cols, plan.block_m,
@@ -382,7 +379,7 @@ def _prepare(out, x, device, compile):
             kernel, lag = softmax_long_rows_lagged_kernel, (plan.lag,)
         fixed = (n_rows, n_cols, in_row_stride, in_col_stride, n_cols, plan.n_tiles, *lag,
                  plan.block_n, plan.tiles, scopes)  # fmt: skip
-    if compile:
+    if precompile:
         args = (out, x, *workspaces(x), *fixed)
         run = kernel.warmup(*args, grid=plan.grid, num_warps=plan.num_warps)[plan.grid]
     else:
@@ -393,11 +390,13 @@ def _prepare(out, x, device, compile):
 def _launcher(out, x, device):
     """_prepare's (run, workspaces, fixed) for x's key, compiled on the key's first call."""
     if _per_call_hooks():  # launched as kernel[grid] on this call, as those hooks expect
-        return _prepare(out, x, device, compile=False)
+        return _prepare(out, x, device, precompile=False)
     key = _key(x, device)
     launcher = _launches.get(key)
     if launcher is None:
-        launcher = _launches[key] = _prepare(out, x, device, compile=not INTERPRET)
+        if len(_launches) >= MAX_LAUNCHES:  # many shapes: start again rather than grow
+            _launches.clear()
+        launcher = _launches[key] = _prepare(out, x, device, precompile=not INTERPRET)
     return launcher
 
 
@@ -415,6 +414,8 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     if not (x.is_cuda if DEVICE == "cuda" else x.is_cpu):
         raise ValueError(f"softmax expects a tensor on {DEVICE}, got one on {x.device}")
     n_rows, n_cols = x.shape
+    if n_rows > 2**31 - 2**16 or n_cols >= 2**31:  # row and column indices are 32-bit
+        raise ValueError(f"softmax: {n_rows} x {n_cols} is too large for 32-bit indices")
     # empty_like keeps the strides of a dense x: a transposed x would give a transposed out.
     if x.is_contiguous():
         out = torch.empty_like(x)
@@ -422,8 +423,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if not n_rows or not n_cols:
         return out
-    # Column offsets are 32-bit; a strided view whose last column lies past 2**31
-    # elements is copied first.
+    # A strided view whose last column lies past 2**31 elements is copied first.
     if (n_cols - 1) * x.stride(1) >= 2**31:
         x = x.contiguous()
     device = x.get_device()

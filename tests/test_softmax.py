@@ -22,7 +22,7 @@ def check(x):
     assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
     ref = torch.softmax(x.float(), dim=1)
     torch.testing.assert_close(y.float(), ref, atol=sm.TOLERANCE[x.dtype], rtol=0, equal_nan=True)
-    assert torch.equal(x, before)
+    torch.testing.assert_close(x, before, rtol=0, atol=0, equal_nan=True)  # x untouched
     return y
 
 
@@ -36,6 +36,7 @@ def tiled(monkeypatch):
     that writes each tile lag tickets after reducing it."""
     monkeypatch.setattr(sm, "MAX_FUSED_COLS", 8)
     monkeypatch.setattr(sm, "TILE_COLS", 16)
+    monkeypatch.setattr(sm, "_launches", {})  # launches bound to the real limits' kernels
     sm._plan.cache_clear()  # configurations worked out with the real limits
     yield
     sm._plan.cache_clear()
@@ -53,8 +54,20 @@ def test_matches_torch(shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(3, 9), (2, 15), (4, 16), (3, 17), (2, 100), (5, 1025)], ids=str)
 def test_tiled_path_matches_torch(tiled, shape, dtype):
-    assert sm._plan(*shape, -1, dtype.itemsize).kernel == "softmax_long_rows_lagged_kernel"
+    assert sm._plan(*shape, -1).kernel == "softmax_long_rows_lagged_kernel"
     check(randn(*shape, dtype))
+
+
+def test_long_rows_merge_their_partials_a_chunk_at_a_time(tiled, monkeypatch):
+    # The row's last tile merges its partials MERGE_TILES at a time, with a running max
+    # and sum: here 2 at a time over 13 tiles, the first chunks all -inf in one row.
+    monkeypatch.setattr(sm, "MERGE_TILES", 2)
+    assert sm._plan(4, 200, -1).tiles == 2
+    x = randn(4, 200, scale=10)
+    x[1, :100] = -float("inf")
+    x[2, :] = -float("inf")
+    y = check(x)
+    assert (y[1, :100] == 0).all() and y[2].isnan().all()
 
 
 def test_short_rows_share_a_program():
@@ -66,21 +79,20 @@ def test_short_rows_share_a_program():
 
 def test_the_interpreter_gets_few_large_programs():
     # Each program is interpreted in Python: the default shape runs as 64, not 4096.
-    plan = sm._plan(4096, 1024, -1, 4)
+    plan = sm._plan(4096, 1024, -1)
     assert plan.kernel == "softmax_kernel" and plan.grid == (4096 // plan.block_m, 1, 1)
     assert plan.grid[0] <= 64
 
 
 @pytest.mark.parametrize("sms", [1, 132])
-@pytest.mark.parametrize("itemsize", [2, 4])
 @pytest.mark.parametrize("cols", [1024, 65536, 132 * 8192, 132 * 8192 + 1])
-def test_the_plan_on_a_gpu(monkeypatch, sms, cols, itemsize):
+def test_the_plan_on_a_gpu(monkeypatch, sms, cols):
     props = SimpleNamespace(multi_processor_count=sms, warp_size=32)
     monkeypatch.setattr(sm, "INTERPRET", False)
     monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
     sm._plan.cache_clear()
     try:
-        plan = sm._plan(64, cols, 0, itemsize)
+        plan = sm._plan(64, cols, 0)
     finally:
         sm._plan.cache_clear()
     if cols <= sm.MAX_FUSED_COLS:
@@ -117,17 +129,21 @@ def test_awkward_values(request, use_tiles, dtype):
     y = check(randn(4, 50, dtype, scale=1e4))
     assert torch.isfinite(y).all()
     check(torch.full((3, 50), 7.0, device=sm.DEVICE, dtype=dtype))  # constant rows
-    x = randn(4, 50, dtype)
+    x = randn(5, 50, dtype)
     x[0, ::3] = -float("inf")  # some -inf: those entries become 0
     x[1, :20] = -float("inf")  # a whole 16-column tile of -inf on the tiled path
     x[2, :] = -float("inf")  # all -inf: NaN, as torch.softmax gives
+    x[4, 48:] = float("nan")  # a last tile of NaN and -inf padding: a row of NaN, as torch
     y = check(x)
     assert (y[0, ::3] == 0).all() and (y[1, :20] == 0).all() and y[2].isnan().all()
-    assert torch.isfinite(y[3]).all()
+    assert torch.isfinite(y[3]).all() and y[4].isnan().all()
 
 
 def test_empty_and_bad_inputs():
     assert sm.softmax(randn(0, 5)).shape == (0, 5)
+    for rows, cols in [(2**31 - 2**16 + 1, 5), (3, 2**31)]:  # views of one element
+        with pytest.raises(ValueError, match="too large for 32-bit indices"):
+            sm.softmax(torch.zeros(1, 1, device=sm.DEVICE).expand(rows, cols))
     with pytest.raises(ValueError, match="2-D"):
         sm.softmax(torch.zeros(2, 2, 2, device=sm.DEVICE))
     with pytest.raises(ValueError, match="float32, float16 and bfloat16"):
@@ -208,8 +224,16 @@ def test_a_key_compiles_once_and_then_launches_the_compiled_kernel(gpu_path):
     check(randn(5, 100))  # other values, same key
     assert compiles(fakes) == {"softmax_kernel": 1}
     (compiled,) = fakes["softmax_kernel"].compiled
-    assert compiled.launches == [sm._plan(5, 100, -1, 4).grid] * 4
+    assert compiled.launches == [sm._plan(5, 100, -1).grid] * 4
     assert fakes["softmax_kernel"].jit_launches == 0
+
+
+def test_the_launch_cache_is_bounded(gpu_path, monkeypatch):
+    # One entry a key: a workload of ever new shapes starts the cache again, not grows it.
+    monkeypatch.setattr(sm, "MAX_LAUNCHES", 2)
+    for cols in (100, 101, 102, 103, 100):
+        check(randn(5, cols))
+    assert len(sm._launches) <= 2
 
 
 @pytest.mark.parametrize(
@@ -424,7 +448,7 @@ def test_gpu_long_rows(dtype, tiles):
     # Up to a tile an SM, each held by its program; 1000 tiles, written lag tickets later.
     tile = sm.TILE_COLS
     cols = tiles * tile - 5  # the last tile part padding
-    plan = sm._plan(9, cols, 0, dtype.itemsize)
+    plan = sm._plan(9, cols, 0)
     held = tiles <= torch.cuda.get_device_properties(0).multi_processor_count
     assert plan.kernel == "softmax_long_rows_" + ("kernel" if held else "lagged_kernel")
     assert plan.n_tiles == tiles
