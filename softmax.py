@@ -203,8 +203,8 @@ def softmax_long_rows_lagged_kernel(
         # The row's last tile to arrive (acq_rel: it sees the others' partials) merges
         # them, once a row, into the row's first slots, and arrives again (release).
         if tl.atomic_add(counter_ptr + 1 + row, 1, sem="acq_rel") == n_tiles - 1:
-            row_max = tl.zeros((), tl.float32) - float("inf")
-            row_sum = tl.zeros((), tl.float32)
+            row_max = tl.full((), -float("inf"), tl.float32)
+            row_sum = tl.full((), 0.0, tl.float32)
             for first in range(0, n_tiles, TILES):  # an online max and sum, TILES at a time
                 t = row * n_tiles + first + tl.arange(0, TILES)
                 live = first + tl.arange(0, TILES) < n_tiles
