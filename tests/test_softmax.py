@@ -32,10 +32,11 @@ def randn(rows, cols, dtype=torch.float32, scale=1.0):
 
 @pytest.fixture
 def tiled(monkeypatch):
-    """Rows longer than 8 columns cut into tiles of 16: in the interpreter, the kernel
-    that writes each tile lag tickets after reducing it."""
+    """Rows longer than 8 columns cut into tiles of 32 bytes (8 float32 or 16 half
+    columns): in the interpreter, the kernel that writes each tile lag tickets after
+    reducing it."""
     monkeypatch.setattr(sm, "MAX_FUSED_COLS", 8)
-    monkeypatch.setattr(sm, "TILE_COLS", 16)
+    monkeypatch.setattr(sm, "TILE_BYTES", 32)
     monkeypatch.setattr(sm, "_launches", {})  # launches bound to the real limits' kernels
     sm._plan.cache_clear()  # configurations worked out with the real limits
     yield
@@ -54,15 +55,15 @@ def test_matches_torch(shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(3, 9), (2, 15), (4, 16), (3, 17), (2, 100), (5, 1025)], ids=str)
 def test_tiled_path_matches_torch(tiled, shape, dtype):
-    assert sm._plan(*shape, -1).kernel == "softmax_long_rows_lagged_kernel"
+    assert sm._plan(*shape, dtype.itemsize, -1).kernel == "softmax_long_rows_lagged_kernel"
     check(randn(*shape, dtype))
 
 
 def test_long_rows_merge_their_partials_a_chunk_at_a_time(tiled, monkeypatch):
     # The row's last tile merges its partials MERGE_TILES at a time, with a running max
-    # and sum: here 2 at a time over 13 tiles, the first chunks all -inf in one row.
+    # and sum: here 2 at a time over 25 tiles, the first chunks all -inf in one row.
     monkeypatch.setattr(sm, "MERGE_TILES", 2)
-    assert sm._plan(4, 200, -1).tiles == 2
+    assert sm._plan(4, 200, 4, -1).tiles == 2
     x = randn(4, 200, scale=10)
     x[1, :100] = -float("inf")
     x[2, :] = -float("inf")
@@ -79,29 +80,33 @@ def test_short_rows_share_a_program():
 
 def test_the_interpreter_gets_few_large_programs():
     # Each program is interpreted in Python: the default shape runs as 64, not 4096.
-    plan = sm._plan(4096, 1024, -1)
+    plan = sm._plan(4096, 1024, 4, -1)
     assert plan.kernel == "softmax_kernel" and plan.grid == (4096 // plan.block_m, 1, 1)
     assert plan.grid[0] <= 64
 
 
+@pytest.mark.parametrize("itemsize", [4, 2])
 @pytest.mark.parametrize("sms", [1, 132])
-@pytest.mark.parametrize("cols", [1024, 65536, 132 * 8192, 132 * 8192 + 1])
-def test_the_plan_on_a_gpu(monkeypatch, sms, cols):
+@pytest.mark.parametrize("cols", [1024, 65536, 132 * 8192, 132 * 8192 + 1, 132 * 16384 + 1])
+def test_the_plan_on_a_gpu(monkeypatch, itemsize, sms, cols):
     props = SimpleNamespace(multi_processor_count=sms, warp_size=32)
     monkeypatch.setattr(sm, "INTERPRET", False)
     monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
     sm._plan.cache_clear()
     try:
-        plan = sm._plan(64, cols, 0)
+        plan = sm._plan(64, cols, itemsize, 0)
     finally:
         sm._plan.cache_clear()
     if cols <= sm.MAX_FUSED_COLS:
         assert plan.kernel == "softmax_kernel"
         return
-    # Long rows: tiles of TILE_COLS in every dtype, a ticket a tile. A tile an SM at
-    # most: each held by its program; more: lag more programs write the last tiles.
-    n_tiles = -(-cols // sm.TILE_COLS)
-    assert plan.block_n == sm.TILE_COLS and plan.n_tiles == n_tiles and plan.tiles >= n_tiles
+    # Long rows: tiles of 32 KiB (8192 float32 or 16384 half columns), 64 elements a
+    # thread, a ticket a tile. A tile an SM at most: each held by its program; more: lag
+    # more programs write the last tiles.
+    tile = 32768 // itemsize
+    n_tiles = -(-cols // tile)
+    assert plan.block_n == tile and plan.num_warps == tile // (64 * 32)
+    assert plan.n_tiles == n_tiles and plan.tiles >= n_tiles
     if n_tiles <= sms:
         assert plan.kernel == "softmax_long_rows_kernel" and plan.grid == (64 * n_tiles, 1, 1)
     else:
@@ -131,7 +136,7 @@ def test_awkward_values(request, use_tiles, dtype):
     check(torch.full((3, 50), 7.0, device=sm.DEVICE, dtype=dtype))  # constant rows
     x = randn(5, 50, dtype)
     x[0, ::3] = -float("inf")  # some -inf: those entries become 0
-    x[1, :20] = -float("inf")  # a whole 16-column tile of -inf on the tiled path
+    x[1, :20] = -float("inf")  # whole tiles of -inf on the tiled path
     x[2, :] = -float("inf")  # all -inf: NaN, as torch.softmax gives
     x[4, 48:] = float("nan")  # a last tile of NaN and -inf padding: a row of NaN, as torch
     y = check(x)
@@ -224,7 +229,7 @@ def test_a_key_compiles_once_and_then_launches_the_compiled_kernel(gpu_path):
     check(randn(5, 100))  # other values, same key
     assert compiles(fakes) == {"softmax_kernel": 1}
     (compiled,) = fakes["softmax_kernel"].compiled
-    assert compiled.launches == [sm._plan(5, 100, -1).grid] * 4
+    assert compiled.launches == [sm._plan(5, 100, 4, -1).grid] * 4
     assert fakes["softmax_kernel"].jit_launches == 0
 
 
@@ -315,15 +320,15 @@ def test_each_device_compiles_its_own(gpu_path):
 
 
 def test_long_rows_beyond_the_gpu_are_written_lag_tickets_later(gpu_path, tiled):
-    # Four tiles a row on a GPU of one SM: a program waits only for lower tickets, all
+    # Seven tiles a row on a GPU of one SM: a program waits only for lower tickets, all
     # taken by programs already running, so even one program at a time finishes.
     fakes = gpu_path
     for _ in range(2):
         check(randn(3, 50))
     assert compiles(fakes) == {"softmax_long_rows_lagged_kernel": 1}
-    lag = 4 + sm.LAG_PER_SM
+    lag = 7 + sm.LAG_PER_SM
     assert (
-        fakes["softmax_long_rows_lagged_kernel"].compiled[0].launches == [(3 * 4 + lag, 1, 1)] * 2
+        fakes["softmax_long_rows_lagged_kernel"].compiled[0].launches == [(3 * 7 + lag, 1, 1)] * 2
     )
 
 
@@ -446,9 +451,9 @@ def test_gpu_cached_launches_stay_correct():
 @pytest.mark.parametrize("tiles", [3, 8, 64, 128, 1000])
 def test_gpu_long_rows(dtype, tiles):
     # Up to a tile an SM, each held by its program; 1000 tiles, written lag tickets later.
-    tile = sm.TILE_COLS
+    tile = sm.TILE_BYTES // dtype.itemsize
     cols = tiles * tile - 5  # the last tile part padding
-    plan = sm._plan(9, cols, 0)
+    plan = sm._plan(9, cols, dtype.itemsize, 0)
     held = tiles <= torch.cuda.get_device_properties(0).multi_processor_count
     assert plan.kernel == "softmax_long_rows_" + ("kernel" if held else "lagged_kernel")
     assert plan.n_tiles == tiles
@@ -462,11 +467,12 @@ def test_gpu_long_rows(dtype, tiles):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("held", [True, False], ids=["held", "lagged"])
-def test_gpu_long_rows_replayed_from_a_cuda_graph(held):
+def test_gpu_long_rows_replayed_from_a_cuda_graph(held, dtype):
     # The counters are zeroed inside the graph, so every replay starts afresh.
     n_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    x = randn(8, (16 if held else n_sms + 1) * sm.TILE_COLS)
+    x = randn(8, (16 if held else n_sms + 1) * sm.TILE_BYTES // dtype.itemsize, dtype)
     sm.softmax(x)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -475,7 +481,8 @@ def test_gpu_long_rows_replayed_from_a_cuda_graph(held):
         x.normal_()
         graph.replay()
         torch.cuda.synchronize()
-        torch.testing.assert_close(y, torch.softmax(x, dim=1), atol=1e-6, rtol=0)
+        ref = torch.softmax(x.float(), dim=1)
+        torch.testing.assert_close(y.float(), ref, atol=sm.TOLERANCE[dtype], rtol=0)
 
 
 @pytest.mark.gpu
