@@ -47,8 +47,10 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 # Rows up to this many columns are held whole in one program's registers; longer rows
 # are cut into tiles of TILE_BYTES (8192 float32 or 16384 half columns), TILE_PER_THREAD
-# elements a thread (4 or 8 warps). Short rows are grouped so that a program holds at
-# least TILE_ELEMS elements, about ELEMS_PER_THREAD a thread. Swept on the H200: fewer
+# elements a thread (4 or 8 warps of 32 threads). Rows that cannot be loaded 16 bytes at
+# a time (_aligned) take a register for each 16-bit element: their tiles are 8192
+# columns in every dtype. Short rows are grouped so that a program holds at least
+# TILE_ELEMS elements, about ELEMS_PER_THREAD a thread. Swept on the H200: fewer
 # elements a program leave too few loads in flight, more add warps or registers that
 # only wait. The tests lower them to exercise each path.
 MAX_FUSED_COLS = 16384
@@ -119,11 +121,14 @@ def softmax_kernel(
 
 
 @triton.jit
-def _unseen(x):
-    """x, through an identity the compiler cannot see into. Each use of a 16-bit tile
-    then converts it to float32 afresh; otherwise the compiler keeps the float32 values
-    of one conversion alive instead, in twice the registers. Inline PTX: on AMD, x."""
-    if tl.constexpr(x.dtype.primitive_bitwidth == 16 and not HIP):
+def _unseen(x, ALIGNED: tl.constexpr):
+    """x, through inline assembly with side effects (is_pure=False), which Triton and
+    LLVM neither merge nor move. Each use of a 16-bit tile then converts its pairs of
+    values, as loaded, to float32 afresh; otherwise the compiler keeps the float32 values
+    of one conversion alive instead, in twice the registers. Only for tiles loaded 16
+    bytes at a time (ALIGNED), whose values come in pairs; PTX, so on AMD, x. Never run
+    in the interpreter, which has no inline assembly."""
+    if tl.constexpr(ALIGNED and x.dtype.primitive_bitwidth == 16 and not HIP):
         bits = tl.inline_asm_elementwise(
             "mov.b32 $0, $1;", "=r,r", [x.to(tl.int16, bitcast=True)], dtype=tl.int16,
             is_pure=False, pack=2,
@@ -137,7 +142,7 @@ def _unseen(x):
 def softmax_long_rows_kernel(
     out_ptr, in_ptr, max_ptr, sum_ptr, counter_ptr, n_rows, n_cols, in_row_stride,
     in_col_stride, out_row_stride, n_tiles,
-    BLOCK_N: tl.constexpr, TILES: tl.constexpr, SCOPES: tl.constexpr,
+    BLOCK_N: tl.constexpr, TILES: tl.constexpr, ALIGNED: tl.constexpr, SCOPES: tl.constexpr,
 ):  # fmt: skip
     # A row of n_tiles tiles is held by n_tiles programs, a tile each, in registers.
     # Programs take tickets in the order they start: ticket k is tile k % n_tiles of row
@@ -165,7 +170,7 @@ def softmax_long_rows_kernel(
     # exp(-inf - -inf) = NaN. exp2 of a scaled difference: three instructions an element,
     # where tl.exp takes six.
     base = tl.where(m == -float("inf"), 0.0, m)
-    e = tl.exp2((_unseen(x).to(tl.float32) - base) * LOG2E)
+    e = tl.exp2((_unseen(x, ALIGNED).to(tl.float32) - base) * LOG2E)
     tl.store(max_ptr + ticket, m)
     tl.store(sum_ptr + ticket, tl.sum(e, axis=0))
     if SCOPES:
@@ -189,10 +194,15 @@ def softmax_long_rows_kernel(
     if SCOPES:
         pl.exit_scope("merge")
         pl.enter_scope("store")
-    # exp(x - M) / S, converting the tile again. tl.exp here, not exp2: with it, ptxas
-    # converts and writes the tile a few elements at a time; with exp2 it converts the
-    # whole tile first, in 16 more registers a thread (Triton 3.6 to 3.9, on the H200).
-    y = tl.exp(_unseen(x).to(tl.float32) - row_max) * (1.0 / row_sum)
+    if ALIGNED:
+        # exp(x - M) * (1 / S), converting the tile again. tl.exp here, not exp2: with it,
+        # Triton 3.6's ptxas converts and writes a few elements at a time; with exp2, it
+        # converts the whole tile first, in 16 more registers a thread (3.8's: 64 either way).
+        y = tl.exp(_unseen(x, ALIGNED).to(tl.float32) - row_max) * (1.0 / row_sum)
+    else:
+        # Loaded an element a register, the tile takes as many registers as its float32
+        # exponentials: those waited instead, and are scaled, not computed again.
+        y = e * (tl.exp(m - row_max) / row_sum)
     out = out_ptr + row * out_row_stride + start + cols
     tl.store(out, y.to(out_ptr.dtype.element_ty), mask=mask)
     if SCOPES:
@@ -297,8 +307,9 @@ class Plan(NamedTuple):
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(n_rows, n_cols, itemsize, device):
-    """The Plan for a shape of itemsize-byte elements on a device index."""
+def _plan(n_rows, n_cols, itemsize, aligned, device):
+    """The Plan for a shape of itemsize-byte elements on a device index; aligned as
+    _aligned says of the input."""
     if INTERPRET:  # one 'SM', and large programs: few programs to interpret
         n_sms, warp_size, tile_elems = 1, 32, INTERPRETER_TILE_ELEMS
     else:
@@ -314,7 +325,7 @@ def _plan(n_rows, n_cols, itemsize, device):
     # tiles are reduced, when the GPU can hold every tile of a row at once: one program
     # an SM always fits. Otherwise, and in the interpreter, which runs one program at a
     # time, each program writes a tile reduced lag tickets earlier.
-    tile = TILE_BYTES // itemsize
+    tile = TILE_BYTES // (itemsize if aligned else 4)
     num_warps = max(1, tile // (TILE_PER_THREAD * warp_size))
     n_tiles = triton.cdiv(n_cols, tile)
     tiles = triton.next_power_of_2(min(n_tiles, MERGE_TILES))
@@ -374,13 +385,22 @@ def _no_workspaces(x):
     return ()
 
 
+def _aligned(x):
+    """Whether x's rows load 16 bytes at a time: Triton vectorises the loads where the
+    column stride is 1, the row stride and length are multiples of 16 elements (what it
+    specialises integers on) and the data starts on 16 bytes."""
+    rows, cols = x.stride()
+    return cols == 1 and rows % 16 == 0 and x.shape[1] % 16 == 0 and x.data_ptr() % 16 == 0
+
+
 def _prepare(out, x, device, precompile):
     """(run, workspaces, fixed) for tensors of out's and x's key: softmax(x) is
     run(out, x, *workspaces(x), *fixed), fixed being every argument that follows from
     the key."""
     n_rows, n_cols = x.shape
     in_row_stride, in_col_stride = x.stride()
-    plan = _plan(n_rows, n_cols, x.element_size(), device)
+    aligned = _aligned(x)
+    plan = _plan(n_rows, n_cols, x.element_size(), aligned, device)
     scopes = bool(knobs.compilation.instrumentation_mode) and not INTERPRET
     if plan.kernel == "softmax_kernel":
         kernel, workspaces = softmax_kernel, _no_workspaces
@@ -398,11 +418,11 @@ def _prepare(out, x, device, precompile):
             return partial_max, partial_sum, counters
 
         if plan.kernel == "softmax_long_rows_kernel":
-            kernel, lag = softmax_long_rows_kernel, ()
+            kernel, lag, held = softmax_long_rows_kernel, (), (aligned,)
         else:
-            kernel, lag = softmax_long_rows_lagged_kernel, (plan.lag,)
+            kernel, lag, held = softmax_long_rows_lagged_kernel, (plan.lag,), ()
         fixed = (n_rows, n_cols, in_row_stride, in_col_stride, n_cols, plan.n_tiles, *lag,
-                 plan.block_n, plan.tiles, scopes)  # fmt: skip
+                 plan.block_n, plan.tiles, *held, scopes)  # fmt: skip
     if precompile:
         args = (out, x, *workspaces(x), *fixed)
         run = kernel.warmup(*args, grid=plan.grid, num_warps=plan.num_warps)[plan.grid]

@@ -311,9 +311,9 @@ def test_h200_python_tree_against_its_leaves():
     assert s["proton_top_kernels"][0] == "softmax_kernel"
     sites = {site["callsite"]: site for site in s["proton_callsites"]}
     # The launch site is the line of softmax() that launches, Triton's frames collapsed.
-    loop = sites["softmax.py:565 <module> > softmax.py:556 main > softmax.py:458 softmax"]
+    loop = sites["softmax.py:585 <module> > softmax.py:576 main > softmax.py:478 softmax"]
     assert loop["kernels"][0]["launches"] == 20 and loop["source"] is None  # no such file here
-    check = sites["softmax.py:565 <module> > softmax.py:546 main"]  # ref = torch.softmax(...)
+    check = sites["softmax.py:585 <module> > softmax.py:566 main"]  # ref = torch.softmax(...)
     assert "softmax_warp_forward" in check["kernels"][0]["name"]
 
 
@@ -341,17 +341,17 @@ def test_h200_trace_timeline():
     assert problem is None
     # Traces alone: the five keys count kernel events.
     assert s["proton_kernel_count"] == len(events) == 26
-    assert s["proton_gpu_time_ms"] == pytest.approx(0.175233)
+    assert s["proton_gpu_time_ms"] == pytest.approx(0.174781)
     loop = s["proton_timeline"][0]
     assert (
-        loop["callsite"] == "softmax.py:565 <module> > softmax.py:556 main > softmax.py:458 softmax"
+        loop["callsite"] == "softmax.py:585 <module> > softmax.py:576 main > softmax.py:478 softmax"
     )
     # Taken by hand from the 20 events of that call stack; no other kernel ran between.
     assert loop["launches"] == 20
-    assert loop["kernel_ms"] == pytest.approx(0.12112)
-    assert loop["span_ms"] == pytest.approx(0.852354)
-    assert loop["busy"] == pytest.approx(0.12112 / 0.852354)
-    assert loop["median_idle_us"] == pytest.approx(32.576)
+    assert loop["kernel_ms"] == pytest.approx(0.121022)
+    assert loop["span_ms"] == pytest.approx(1.119098)
+    assert loop["busy"] == pytest.approx(0.121022 / 1.119098)
+    assert loop["median_idle_us"] == pytest.approx(43.328)
     assert [e["launches"] for e in s["proton_timeline"]] == [20, 3, 1, 1, 1]
     assert "proton_gpu_busy" not in s  # start-up included, the whole trace's figure meant nothing
 
@@ -362,28 +362,28 @@ def test_h200_two_ranks():
     s, problem = summary(folder)
     assert problem is None
     assert s["proton_ranks"] == [
-        {"rank": 0, "gpu_time_ms": pytest.approx(0.175969), "kernel_count": 26,
+        {"rank": 0, "gpu_time_ms": pytest.approx(0.176959), "kernel_count": 26,
          "files": [str(folder / "proton.rank0.hatchet")]},
-        {"rank": 1, "gpu_time_ms": pytest.approx(0.177793), "kernel_count": 26,
+        {"rank": 1, "gpu_time_ms": pytest.approx(0.178367), "kernel_count": 26,
          "files": [str(folder / "proton.rank1.hatchet")]},
     ]  # fmt: skip
     assert s["proton_kernel_count"] == 52  # aorta's totals: over both files
-    assert s["proton_gpu_time_ms"] == pytest.approx(0.175969 + 0.177793)
-    assert s["proton_rank_imbalance"] == pytest.approx(0.177793 / ((0.175969 + 0.177793) / 2))
+    assert s["proton_gpu_time_ms"] == pytest.approx(0.176959 + 0.178367)
+    assert s["proton_rank_imbalance"] == pytest.approx(0.178367 / ((0.176959 + 0.178367) / 2))
     table = cli(folder, "--table").stdout
-    assert "     0     0.1760       26     0.99  proton.rank0.hatchet" in table
-    assert "rank imbalance (the busiest rank's GPU time over the mean): 1.01" in table
+    assert "     0     0.1770       26     1.00  proton.rank0.hatchet" in table
+    assert "rank imbalance (the busiest rank's GPU time over the mean): 1.00" in table
 
 
 def test_h200_two_ranks_trace_has_a_timeline_per_rank():
     s, _ = summary(FIXTURES / "h200-two-ranks-trace")
     assert [r["gpu_time_ms"] for r in s["proton_ranks"]] == [
-        pytest.approx(0.183393),
-        pytest.approx(0.185533),
+        pytest.approx(0.185022),
+        pytest.approx(0.18592),
     ]
     loops = [e for e in s["proton_timeline"] if e["launches"] == 20]
     assert [e["rank"] for e in loops] == [0, 1]
-    assert all(e["callsite"].endswith("softmax.py:458 softmax") for e in loops)
+    assert all(e["callsite"].endswith("softmax.py:478 softmax") for e in loops)
 
 
 def test_h200_intra_tree():

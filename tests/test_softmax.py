@@ -55,7 +55,7 @@ def test_matches_torch(shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(3, 9), (2, 15), (4, 16), (3, 17), (2, 100), (5, 1025)], ids=str)
 def test_tiled_path_matches_torch(tiled, shape, dtype):
-    assert sm._plan(*shape, dtype.itemsize, -1).kernel == "softmax_long_rows_lagged_kernel"
+    assert sm._plan(*shape, dtype.itemsize, False, -1).kernel == "softmax_long_rows_lagged_kernel"
     check(randn(*shape, dtype))
 
 
@@ -63,7 +63,7 @@ def test_long_rows_merge_their_partials_a_chunk_at_a_time(tiled, monkeypatch):
     # The row's last tile merges its partials MERGE_TILES at a time, with a running max
     # and sum: here 2 at a time over 25 tiles, the first chunks all -inf in one row.
     monkeypatch.setattr(sm, "MERGE_TILES", 2)
-    assert sm._plan(4, 200, 4, -1).tiles == 2
+    assert sm._plan(4, 200, 4, False, -1).tiles == 2
     x = randn(4, 200, scale=10)
     x[1, :100] = -float("inf")
     x[2, :] = -float("inf")
@@ -80,30 +80,32 @@ def test_short_rows_share_a_program():
 
 def test_the_interpreter_gets_few_large_programs():
     # Each program is interpreted in Python: the default shape runs as 64, not 4096.
-    plan = sm._plan(4096, 1024, 4, -1)
+    plan = sm._plan(4096, 1024, 4, True, -1)
     assert plan.kernel == "softmax_kernel" and plan.grid == (4096 // plan.block_m, 1, 1)
     assert plan.grid[0] <= 64
 
 
-@pytest.mark.parametrize("itemsize", [4, 2])
+@pytest.mark.parametrize("itemsize, aligned", [(4, True), (2, True), (2, False)])
 @pytest.mark.parametrize("sms", [1, 132])
-@pytest.mark.parametrize("cols", [1024, 65536, 132 * 8192, 132 * 8192 + 1, 132 * 16384 + 1])
-def test_the_plan_on_a_gpu(monkeypatch, itemsize, sms, cols):
+@pytest.mark.parametrize(
+    "cols", [1024, 65536, 132 * 8192, 132 * 8192 + 1, 132 * 16384, 132 * 16384 + 1]
+)
+def test_the_plan_on_a_gpu(monkeypatch, itemsize, aligned, sms, cols):
     props = SimpleNamespace(multi_processor_count=sms, warp_size=32)
     monkeypatch.setattr(sm, "INTERPRET", False)
     monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
     sm._plan.cache_clear()
     try:
-        plan = sm._plan(64, cols, itemsize, 0)
+        plan = sm._plan(64, cols, itemsize, aligned, 0)
     finally:
         sm._plan.cache_clear()
     if cols <= sm.MAX_FUSED_COLS:
         assert plan.kernel == "softmax_kernel"
         return
-    # Long rows: tiles of 32 KiB (8192 float32 or 16384 half columns), 64 elements a
-    # thread, a ticket a tile. A tile an SM at most: each held by its program; more: lag
-    # more programs write the last tiles.
-    tile = 32768 // itemsize
+    # Long rows: tiles of 32 KiB (8192 float32 or 16384 half columns; 8192 columns where
+    # rows do not load 16 bytes at a time), 64 elements a thread, a ticket a tile. A tile
+    # an SM at most: each held by its program; more: lag more programs write the last tiles.
+    tile = 8192 if itemsize == 4 or not aligned else 16384
     n_tiles = -(-cols // tile)
     assert plan.block_n == tile and plan.num_warps == tile // (64 * 32)
     assert plan.n_tiles == n_tiles and plan.tiles >= n_tiles
@@ -113,6 +115,16 @@ def test_the_plan_on_a_gpu(monkeypatch, itemsize, sms, cols):
         assert plan.kernel == "softmax_long_rows_lagged_kernel"
         assert plan.lag == n_tiles + sm.LAG_PER_SM * sms
         assert plan.grid == (64 * n_tiles + plan.lag, 1, 1)
+
+
+def test_rows_are_aligned_only_where_they_load_16_bytes_at_a_time():
+    # The held kernel keeps a 16-bit tile in pairs of values only where its loads are
+    # vectorised; elsewhere it takes tiles of 8192 columns (test_the_plan_on_a_gpu).
+    assert sm._aligned(randn(4, 64)) and sm._aligned(randn(4, 80)[:, :64])
+    assert not sm._aligned(randn(4, 50))  # a row length not a multiple of 16
+    assert not sm._aligned(randn(4, 72)[:, :64])  # nor a row stride
+    assert not sm._aligned(randn(64, 4).t())  # a column stride
+    assert not sm._aligned(randn(1, 4 * 64 + 1)[0, 1:].view(4, 64))  # a start 4 bytes in
 
 
 @pytest.mark.parametrize("use_tiles", [False, True], ids=["fused", "tiled"])
@@ -229,7 +241,7 @@ def test_a_key_compiles_once_and_then_launches_the_compiled_kernel(gpu_path):
     check(randn(5, 100))  # other values, same key
     assert compiles(fakes) == {"softmax_kernel": 1}
     (compiled,) = fakes["softmax_kernel"].compiled
-    assert compiled.launches == [sm._plan(5, 100, 4, -1).grid] * 4
+    assert compiled.launches == [sm._plan(5, 100, 4, False, -1).grid] * 4
     assert fakes["softmax_kernel"].jit_launches == 0
 
 
@@ -447,13 +459,16 @@ def test_gpu_cached_launches_stay_correct():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "unaligned"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("tiles", [3, 8, 64, 128, 1000])
-def test_gpu_long_rows(dtype, tiles):
+def test_gpu_long_rows(dtype, tiles, aligned):
     # Up to a tile an SM, each held by its program; 1000 tiles, written lag tickets later.
-    tile = sm.TILE_BYTES // dtype.itemsize
-    cols = tiles * tile - 5  # the last tile part padding
-    plan = sm._plan(9, cols, dtype.itemsize, 0)
+    # Rows of a length not a multiple of 16 load an element at a time, in smaller tiles.
+    tile = sm.TILE_BYTES // (dtype.itemsize if aligned else 4)
+    cols = tiles * tile - (16 if aligned else 5)  # the last tile part padding
+    assert sm._aligned(randn(1, cols, dtype)) == aligned
+    plan = sm._plan(9, cols, dtype.itemsize, aligned, 0)
     held = tiles <= torch.cuda.get_device_properties(0).multi_processor_count
     assert plan.kernel == "softmax_long_rows_" + ("kernel" if held else "lagged_kernel")
     assert plan.n_tiles == tiles
@@ -473,6 +488,8 @@ def test_gpu_long_rows_replayed_from_a_cuda_graph(held, dtype):
     # The counters are zeroed inside the graph, so every replay starts afresh.
     n_sms = torch.cuda.get_device_properties(0).multi_processor_count
     x = randn(8, (16 if held else n_sms + 1) * sm.TILE_BYTES // dtype.itemsize, dtype)
+    plan = sm._plan(*x.shape, x.element_size(), sm._aligned(x), 0)
+    assert plan.kernel == "softmax_long_rows_" + ("kernel" if held else "lagged_kernel")
     sm.softmax(x)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
