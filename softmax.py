@@ -158,8 +158,8 @@ def softmax_long_rows_kernel(
     mask = cols < n_cols - start
     if SCOPES:
         pl.enter_scope("load")
-    # The tile stays in its own dtype while the program waits: a half tile in half the
-    # registers of its float32 values, so more programs fit an SM, with more loads in flight.
+    # ALIGNED, the tile waits in its own dtype: a half tile in half the registers of its
+    # float32 values, so more programs fit an SM, with more loads in flight.
     x = tl.load(in_ptr + row * in_row_stride + start * in_col_stride + cols * in_col_stride,
                 mask=mask, other=-float("inf"))  # fmt: skip
     if SCOPES:
