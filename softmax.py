@@ -3,7 +3,7 @@
     python softmax.py --rows 4096 --cols 1024 --iters 20
 
 Each row is read from memory once and written once: max, exponentials, sum and division
-happen on-chip. A row too long for one program is cut into tiles of 32 KiB held by as
+happen on-chip. A row too long for one program is cut into tiles of up to 32 KiB held by as
 many programs, which trade their tile's max and sum, then write their part of the row.
 Where the GPU cannot hold a row's tiles at once, and in the interpreter, each program
 writes a tile reduced a little earlier instead, read a second time (from L2).

@@ -153,7 +153,7 @@ def host_costs():
     x = torch.randn(4, 64, device="cuda")
     fns, _ = candidates(x)
     out = torch.empty_like(x)
-    plan = sm._plan(4, 64, x.element_size(), True, x.get_device())
+    plan = sm._plan(4, 64, x.element_size(), sm._aligned(x), x.get_device())
     args = (out, x, 4, 64, 64, 1, 64, plan.block_m, plan.block_n, False)
     fns["kernel[grid]"] = lambda: sm.softmax_kernel[plan.grid](*args, num_warps=plan.num_warps)
     seen = rounds(fns, lambda fn: loop_us(fn, HOST_CALLS), HOST_ROUNDS)
