@@ -45,14 +45,13 @@ LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 2**-8, torch.float16: 2**-11}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
-# Rows up to this many columns are held whole in one program's registers; longer rows
-# are cut into tiles of TILE_BYTES (8192 float32 or 16384 half columns), TILE_PER_THREAD
-# elements a thread (4 or 8 warps of 32 threads). Rows that cannot be loaded 16 bytes at
-# a time (_aligned) take a register for each 16-bit element: their tiles are 8192
-# columns in every dtype. Short rows are grouped so that a program holds at least
-# TILE_ELEMS elements, about ELEMS_PER_THREAD a thread. Swept on the H200: fewer
-# elements a program leave too few loads in flight, more add warps or registers that
-# only wait. The tests lower them to exercise each path.
+# Rows up to this many columns are held whole in one program's registers; longer rows are
+# cut into tiles of TILE_BYTES (8192 float32 or 16384 half columns), TILE_PER_THREAD elements
+# a thread (4 or 8 warps of 32 threads). Rows that cannot be loaded 16 bytes at a time
+# (_aligned) take a register for each 16-bit element: their tiles are 8192 columns in every
+# dtype. Short rows are grouped so that a program holds at least TILE_ELEMS elements, about
+# ELEMS_PER_THREAD a thread. Swept on the H200: fewer elements a program leave too few loads
+# in flight, more add warps or registers that only wait. The tests lower them to exercise each path.
 MAX_FUSED_COLS = 16384
 TILE_BYTES = 32768
 TILE_PER_THREAD = 64
@@ -60,6 +59,7 @@ TILE_PER_THREAD = 64
 # own: late enough for that row to be reduced, soon enough to re-read it from L2.
 LAG_PER_SM = 2
 MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
+COUNTER_STRIDE = tl.constexpr(32)  # int32s: each row's arrival counter on its own 128 bytes
 TILE_ELEMS = 1024
 ELEMS_PER_THREAD = 16
 # The interpreter runs a program at a time with NumPy: few, large programs are fastest.
@@ -177,7 +177,7 @@ def softmax_long_rows_kernel(
         pl.exit_scope("partials")
         pl.enter_scope("wait")
     # Release publishes this tile's partials with its arrival; acquire, all the others'.
-    arrived = counter_ptr + 1 + row
+    arrived = counter_ptr + (1 + row) * COUNTER_STRIDE
     seen = tl.atomic_add(arrived, 1, sem="acq_rel") + 1
     while seen < n_tiles:
         seen = tl.atomic_add(arrived, 0, sem="acquire")
@@ -236,7 +236,7 @@ def softmax_long_rows_lagged_kernel(
         tl.store(sum_ptr + ticket, tl.sum(tl.exp(x - tl.where(m == -float("inf"), 0.0, m)), 0))
         # The row's last tile to arrive (acq_rel: it sees the others' partials) merges
         # them, once a row, into the row's first slots, and arrives again (release).
-        if tl.atomic_add(counter_ptr + 1 + row, 1, sem="acq_rel") == n_tiles - 1:
+        if tl.atomic_add(counter_ptr + (1 + row) * COUNTER_STRIDE, 1, sem="acq_rel") == n_tiles - 1:
             row_max = tl.full((), -float("inf"), tl.float32)
             row_sum = tl.full((), 0.0, tl.float32)
             for first in range(0, n_tiles, TILES):  # an online max and sum, TILES at a time
@@ -250,7 +250,7 @@ def softmax_long_rows_lagged_kernel(
                 row_max = new_max
             tl.store(max_ptr + row * n_tiles, row_max)
             tl.store(sum_ptr + row * n_tiles, row_sum)
-            tl.atomic_add(counter_ptr + 1 + row, 1, sem="release")
+            tl.atomic_add(counter_ptr + (1 + row) * COUNTER_STRIDE, 1, sem="release")
         if SCOPES:
             pl.exit_scope("partials")
     done = ticket - lag
@@ -261,9 +261,9 @@ def softmax_long_rows_lagged_kernel(
         if SCOPES:
             pl.enter_scope("wait")
         # Acquire: once the row is merged (n_tiles + 1 arrivals), its max and sum are seen.
-        seen = tl.atomic_add(counter_ptr + 1 + row, 0, sem="acquire")
+        seen = tl.atomic_add(counter_ptr + (1 + row) * COUNTER_STRIDE, 0, sem="acquire")
         while seen <= n_tiles:
-            seen = tl.atomic_add(counter_ptr + 1 + row, 0, sem="acquire")
+            seen = tl.atomic_add(counter_ptr + (1 + row) * COUNTER_STRIDE, 0, sem="acquire")
         if SCOPES:
             pl.exit_scope("wait")
             pl.enter_scope("store")
@@ -409,12 +409,12 @@ def _prepare(out, x, device, precompile):
     else:
 
         def workspaces(x):
-            # Each tile's max and sum; the ticket counter and each row's arrivals, which
-            # start at zero on every call, also when the call is replayed from a CUDA
-            # graph (the fill is in it).
+            # Each tile's max and sum; the ticket counter and each row's arrivals, on lines
+            # of their own (rows polled at once don't queue on one line), zeroed on every
+            # call, also when the call is replayed from a CUDA graph (the fill is in it).
             partial_max = torch.empty((n_rows, plan.n_tiles), dtype=torch.float32, device=x.device)
             partial_sum = torch.empty_like(partial_max)
-            counters = torch.zeros(n_rows + 1, dtype=torch.int32, device=x.device)
+            counters = partial_max.new_zeros((n_rows + 1, COUNTER_STRIDE.value), dtype=torch.int32)
             return partial_max, partial_sum, counters
 
         if plan.kernel == "softmax_long_rows_kernel":
