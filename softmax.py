@@ -55,6 +55,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 MAX_FUSED_COLS = 16384
 TILE_BYTES = 32768
 TILE_PER_THREAD = 64
+HALF_TILE_REGS = 48  # a held 16-bit tile's registers a thread: 5 programs of 8 warps an SM, not 4
 # Lagged tiles: a program writes the tile a row plus LAG_PER_SM tickets an SM below its
 # own: late enough for that row to be reduced, soon enough to re-read it from L2.
 LAG_PER_SM = 2
@@ -293,8 +294,8 @@ def launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems=TILE_ELEMS):
 class Plan(NamedTuple):
     """How softmax() launches for one shape: the kernel, its tile of BLOCK_M rows by
     BLOCK_N columns, its warps and grid; for long rows, the tiles a row is cut into
-    (n_tiles, padded to a power of two in TILES) and the lag in tiles between reducing a
-    tile and writing it."""
+    (n_tiles, padded to a power of two in TILES), the lag in tiles between reducing a
+    tile and writing it, and the registers a thread (maxnreg; 0: the compiler's choice)."""
 
     kernel: str
     block_m: int
@@ -304,6 +305,7 @@ class Plan(NamedTuple):
     n_tiles: int = 1
     tiles: int = 1
     lag: int = 0
+    maxnreg: int = 0
 
 
 @functools.lru_cache(maxsize=1024)
@@ -331,7 +333,8 @@ def _plan(n_rows, n_cols, itemsize, aligned, device):
     tiles = triton.next_power_of_2(min(n_tiles, MERGE_TILES))
     if not INTERPRET and n_tiles <= min(n_sms, MERGE_TILES):
         grid = (n_rows * n_tiles, 1, 1)
-        return Plan("softmax_long_rows_kernel", 1, tile, num_warps, grid, n_tiles, tiles)
+        regs = HALF_TILE_REGS if aligned and itemsize == 2 and not _HIP else 0
+        return Plan("softmax_long_rows_kernel", 1, tile, num_warps, grid, n_tiles, tiles, 0, regs)
     lag = n_tiles + LAG_PER_SM * n_sms
     grid = (n_rows * n_tiles + lag, 1, 1)
     return Plan("softmax_long_rows_lagged_kernel", 1, tile, num_warps, grid, n_tiles, tiles, lag)
@@ -381,10 +384,6 @@ def _per_call_hooks():
     )
 
 
-def _no_workspaces(x):
-    return ()
-
-
 def _aligned(x):
     """Whether x's rows load 16 bytes at a time: Triton vectorises the loads where the
     column stride is 1, the row stride and length are multiples of 16 elements (what it
@@ -394,16 +393,15 @@ def _aligned(x):
 
 
 def _prepare(out, x, device, precompile):
-    """(run, workspaces, fixed) for tensors of out's and x's key: softmax(x) is
-    run(out, x, *workspaces(x), *fixed), fixed being every argument that follows from
-    the key."""
+    """(run, workspaces, fixed) for tensors of out's and x's key: softmax(x) is run(out, x,
+    *workspaces(x), *fixed), fixed being every argument that follows from the key."""
     n_rows, n_cols = x.shape
     in_row_stride, in_col_stride = x.stride()
     aligned = _aligned(x)
     plan = _plan(n_rows, n_cols, x.element_size(), aligned, device)
     scopes = bool(knobs.compilation.instrumentation_mode) and not INTERPRET
     if plan.kernel == "softmax_kernel":
-        kernel, workspaces = softmax_kernel, _no_workspaces
+        kernel, workspaces = softmax_kernel, lambda x: ()
         fixed = (n_rows, n_cols, in_row_stride, in_col_stride, n_cols, plan.block_m,
                  plan.block_n, scopes)  # fmt: skip
     else:
@@ -423,11 +421,13 @@ def _prepare(out, x, device, precompile):
             kernel, lag, held = softmax_long_rows_lagged_kernel, (plan.lag,), ()
         fixed = (n_rows, n_cols, in_row_stride, in_col_stride, n_cols, plan.n_tiles, *lag,
                  plan.block_n, plan.tiles, *held, scopes)  # fmt: skip
+    # maxnreg only where set: Triton's AMD backend refuses the option.
+    options = {"num_warps": plan.num_warps, **({"maxnreg": plan.maxnreg} if plan.maxnreg else {})}
     if precompile:
         args = (out, x, *workspaces(x), *fixed)
-        run = kernel.warmup(*args, grid=plan.grid, num_warps=plan.num_warps)[plan.grid]
+        run = kernel.warmup(*args, grid=plan.grid, **options)[plan.grid]
     else:
-        run = functools.partial(kernel[plan.grid], num_warps=plan.num_warps)
+        run = functools.partial(kernel[plan.grid], **options)
     return run, workspaces, fixed
 
 

@@ -111,8 +111,10 @@ def test_the_plan_on_a_gpu(monkeypatch, itemsize, aligned, sms, cols):
     assert plan.n_tiles == n_tiles and plan.tiles >= n_tiles
     if n_tiles <= sms:
         assert plan.kernel == "softmax_long_rows_kernel" and plan.grid == (64 * n_tiles, 1, 1)
+        # Held 16-bit tiles in fewer registers, so that more programs fit an SM.
+        assert plan.maxnreg == (sm.HALF_TILE_REGS if itemsize == 2 and aligned else 0)
     else:
-        assert plan.kernel == "softmax_long_rows_lagged_kernel"
+        assert plan.kernel == "softmax_long_rows_lagged_kernel" and plan.maxnreg == 0
         assert plan.lag == n_tiles + sm.LAG_PER_SM * sms
         assert plan.grid == (64 * n_tiles + plan.lag, 1, 1)
 
@@ -181,8 +183,8 @@ def interpretable(kernel, args):
 class FakeCompiled:
     """What kernel.warmup() returns: compiled[grid](*args) launches it."""
 
-    def __init__(self, kernel, num_warps):
-        self.kernel, self.num_warps, self.launches = kernel, num_warps, []
+    def __init__(self, kernel, num_warps, options):
+        self.kernel, self.num_warps, self.options, self.launches = kernel, num_warps, options, []
 
     def __getitem__(self, grid):
         def runner(*args):
@@ -200,12 +202,12 @@ class FakeJit:
         self.kernel, self.compiled, self.jit_launches, self.pre_run_hooks = kernel, [], 0, []
         self.arg_names = kernel.arg_names
 
-    def warmup(self, *args, grid, num_warps):
-        self.compiled.append(FakeCompiled(self.kernel, num_warps))
+    def warmup(self, *args, grid, num_warps, **options):
+        self.compiled.append(FakeCompiled(self.kernel, num_warps, options))
         return self.compiled[-1]
 
     def __getitem__(self, grid):
-        def run(*args, num_warps):
+        def run(*args, num_warps, **options):
             self.jit_launches += 1
             self.kernel[grid](*interpretable(self.kernel, args), num_warps=num_warps)
 
@@ -243,6 +245,27 @@ def test_a_key_compiles_once_and_then_launches_the_compiled_kernel(gpu_path):
     (compiled,) = fakes["softmax_kernel"].compiled
     assert compiled.launches == [sm._plan(5, 100, 4, False, -1).grid] * 4
     assert fakes["softmax_kernel"].jit_launches == 0
+
+
+@pytest.mark.parametrize("hip", [False, True], ids=["nvidia", "amd"])
+@pytest.mark.parametrize(
+    "dtype, cols",
+    [(torch.float16, 2 * 16384), (torch.bfloat16, 2 * 16384 - 8), (torch.float32, 3 * 8192)],
+    ids=["half", "half-unaligned", "float32"],
+)
+def test_only_held_half_tiles_are_compiled_for_fewer_registers(
+    gpu_path, monkeypatch, hip, dtype, cols
+):
+    # maxnreg reaches the compiler for aligned 16-bit tiles on NVIDIA only: Triton's AMD
+    # backend refuses the option (KeyError), and other tiles need their registers.
+    monkeypatch.setattr(sm, "_HIP", hip)
+    props = SimpleNamespace(multi_processor_count=132, warp_size=32)
+    monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
+    x = randn(2, cols, dtype)
+    sm._prepare(torch.empty_like(x), x, 0, precompile=True)
+    (compiled,) = gpu_path["softmax_long_rows_kernel"].compiled
+    capped = dtype == torch.float16 and not hip
+    assert compiled.options == ({"maxnreg": sm.HALF_TILE_REGS} if capped else {})
 
 
 def test_the_launch_cache_is_bounded(gpu_path, monkeypatch):
