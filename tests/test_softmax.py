@@ -93,6 +93,7 @@ def test_the_interpreter_gets_few_large_programs():
 def test_the_plan_on_a_gpu(monkeypatch, itemsize, aligned, sms, cols):
     props = SimpleNamespace(multi_processor_count=sms, warp_size=32)
     monkeypatch.setattr(sm, "INTERPRET", False)
+    monkeypatch.setattr(sm, "_HIP", False)  # an NVIDIA GPU, also where torch is a ROCm build
     monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
     sm._plan.cache_clear()
     try:
@@ -247,6 +248,7 @@ def test_a_key_compiles_once_and_then_launches_the_compiled_kernel(gpu_path):
     assert fakes["softmax_kernel"].jit_launches == 0
 
 
+@pytest.mark.parametrize("precompile", [True, False], ids=["compiled", "kernel[grid]"])
 @pytest.mark.parametrize("hip", [False, True], ids=["nvidia", "amd"])
 @pytest.mark.parametrize(
     "dtype, cols",
@@ -254,7 +256,7 @@ def test_a_key_compiles_once_and_then_launches_the_compiled_kernel(gpu_path):
     ids=["half", "half-unaligned", "float32"],
 )
 def test_only_held_half_tiles_are_compiled_for_fewer_registers(
-    gpu_path, monkeypatch, hip, dtype, cols
+    gpu_path, monkeypatch, precompile, hip, dtype, cols
 ):
     # maxnreg reaches the compiler for aligned 16-bit tiles on NVIDIA only: Triton's AMD
     # backend refuses the option (KeyError), and other tiles need their registers.
@@ -262,10 +264,36 @@ def test_only_held_half_tiles_are_compiled_for_fewer_registers(
     props = SimpleNamespace(multi_processor_count=132, warp_size=32)
     monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
     x = randn(2, cols, dtype)
-    sm._prepare(torch.empty_like(x), x, 0, precompile=True)
-    (compiled,) = gpu_path["softmax_long_rows_kernel"].compiled
+    run, _, _ = sm._prepare(torch.empty_like(x), x, 0, precompile=precompile)
+    if precompile:
+        (compiled,) = gpu_path["softmax_long_rows_kernel"].compiled
+        options = compiled.options
+    else:  # kernel[grid] with its options bound, launched on each call
+        options = {k: v for k, v in run.keywords.items() if k != "num_warps"}
     capped = dtype == torch.float16 and not hip
-    assert compiled.options == ({"maxnreg": sm.HALF_TILE_REGS} if capped else {})
+    assert options == ({"maxnreg": sm.HALF_TILE_REGS} if capped else {})
+
+
+@pytest.mark.parametrize("cols, held", [(12, True), (40, False)], ids=["held", "lagged"])
+def test_each_rows_counter_has_a_line_of_its_own(gpu_path, monkeypatch, cols, held):
+    # Counters COUNTER_STRIDE int32s apart: the ticket counter first, then a row's
+    # arrivals (a tile each; the lagged kernel's merge arrives once more), nothing between.
+    # Tiles of 16 float32 columns on one SM: 12 columns are one tile, held by its program
+    # (which then waits for no other, so the interpreter can run it); 40, three, lagged.
+    monkeypatch.setattr(sm, "MAX_FUSED_COLS", 8)
+    monkeypatch.setattr(sm, "TILE_BYTES", 64)
+    x = randn(5, cols)
+    plan = sm._plan(*x.shape, 4, sm._aligned(x), -1)
+    assert plan.kernel == "softmax_long_rows_" + ("kernel" if held else "lagged_kernel")
+    out = torch.empty_like(x)
+    run, workspaces, fixed = sm._launcher(out, x, -1)
+    counters = workspaces(x)[2]
+    run(out, x, *workspaces(x)[:2], counters, *fixed)
+    torch.testing.assert_close(out, torch.softmax(x, dim=1), atol=1e-6, rtol=0)
+    assert counters.shape == (6, sm.COUNTER_STRIDE.value)
+    assert counters[0, 0] == plan.grid[0]  # a ticket a program
+    assert (counters[1:, 0] == plan.n_tiles + (0 if held else 1)).all()
+    assert (counters[:, 1:] == 0).all()
 
 
 def test_the_launch_cache_is_bounded(gpu_path, monkeypatch):
