@@ -55,7 +55,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 MAX_FUSED_COLS = 16384
 TILE_BYTES = 32768
 TILE_PER_THREAD = 64
-HALF_TILE_REGS = 48  # a held 16-bit tile's registers a thread: 5 programs of 8 warps an SM, not 4
+HALF_TILE_REGS = 48  # maxnreg for held, aligned 16-bit tiles (NVIDIA): 5 programs of 8 warps an SM
 # Lagged tiles: a program writes the tile a row plus LAG_PER_SM tickets an SM below its
 # own: late enough for that row to be reduced, soon enough to re-read it from L2.
 LAG_PER_SM = 2
