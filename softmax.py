@@ -340,35 +340,29 @@ def _plan(n_rows, n_cols, itemsize, aligned, device):
     return Plan("softmax_long_rows_lagged_kernel", 1, tile, num_warps, grid, n_tiles, tiles, lag)
 
 
-# Launching as `kernel[grid](...)` binds and specialises every argument and builds a
-# cache key on each call: about 15 us of host time on the H200, for a kernel that runs
-# 6 us at the default shape. So the first call for a key compiles the kernel (or finds
-# it in Triton's cache) with kernel.warmup(...), and later calls launch that compiled
-# kernel as compiled[grid](...), as Triton's fused-softmax tutorial does.
-_launches = {}  # _key(x) -> (run, workspaces, fixed): the compiled kernel and its arguments
+# `kernel[grid](...)` binds and specialises every argument and builds a cache key on each
+# call: about twice torch.softmax's host time (bench/results). So, as in Triton's fused-
+# softmax tutorial, a key's first call compiles the kernel with kernel.warmup(...) (or finds
+# it in Triton's cache), and later calls find it by the key and launch compiled[grid](...).
+_launches = {}  # _key(x) -> _launch(x, key): how softmax(x) launches
 MAX_LAUNCHES = 4096
 _HERE = contextlib.nullcontext()
+_ONE_DEVICE = INTERPRET or torch.cuda.device_count() == 1  # none other can be current
 _FPSAN = hasattr(knobs.compilation, "fpsan_homomorphic_casts")  # Triton 3.9+
 
 
-def _key(x, device):
-    """What the compiled kernel of a softmax(x) call depends on, or finer. Every launch
-    argument follows from x's device, dtype, shape and strides (out and the workspaces
-    are new, contiguous allocations). Triton also specialises pointers on 16-byte
+def _key(x):
+    """What softmax(x) does depends on, or finer. x's device, dtype, shape and strides
+    decide whether x is valid, whether it is copied first and every launch argument (out
+    and the workspaces are new, contiguous allocations); the current device (of several),
+    whether the launch needs a device guard. Triton also specialises pointers on 16-byte
     alignment and, on AMD, on a storage under 2 GiB (buffer loads), and compiles in the
-    options kernel[grid] reads on each launch (debug, Proton's instrumentation mode,
-    3.9's float sanitizer)."""
-    return (
-        device,
-        x.dtype,
-        x.shape,
-        x.stride(),
-        x.data_ptr() % 16 == 0,
-        _HIP and x.untyped_storage().nbytes() < 2**31,
-        knobs.runtime.debug,
-        knobs.compilation.instrumentation_mode,
-        _FPSAN and knobs.compilation.fpsan_homomorphic_casts,
-    )
+    options kernel[grid] reads on each launch (debug, Proton's instrumentation mode, 3.9's
+    float sanitizer)."""
+    return (x.device, _ONE_DEVICE or torch.cuda.current_device(), x.dtype, x.shape, x.stride(),
+            x.data_ptr() % 16 == 0, _HIP and x.untyped_storage().nbytes() < 2**31,
+            knobs.runtime.debug, knobs.compilation.instrumentation_mode,
+            _FPSAN and knobs.compilation.fpsan_homomorphic_casts)  # fmt: skip
 
 
 def _per_call_hooks():
@@ -431,26 +425,16 @@ def _prepare(out, x, device, precompile):
     return run, workspaces, fixed
 
 
-def _launcher(out, x, device):
-    """_prepare's (run, workspaces, fixed) for x's key, compiled on the key's first call."""
-    if _per_call_hooks():  # launched as kernel[grid] on this call, as those hooks expect
-        return _prepare(out, x, device, precompile=False)
-    key = _key(x, device)
-    launcher = _launches.get(key)
-    if launcher is None:
-        if len(_launches) >= MAX_LAUNCHES:  # many shapes: start again rather than grow
-            _launches.clear()
-        launcher = _launches[key] = _prepare(out, x, device, precompile=not INTERPRET)
-    return launcher
+def _elsewhere(device, copy, run, out, x, *args):
+    """run(out, x, *args) under device (x's, off the current one; else None), x copied
+    first if copy: Triton launches on the current device, with 32-bit offsets."""
+    with _HERE if device is None else torch.cuda.device(device):
+        run(out, x.contiguous() if copy else x, *args)
 
 
-def softmax(x: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dimension of a 2-D tensor of any strides, on the GPU (in
-    Triton's interpreter, on the CPU).
-
-    Returns a new contiguous tensor of x's shape and dtype; x is not modified.
-    float32, float16 and bfloat16 inputs; arithmetic is in float32.
-    """
+def _launch(x, key):
+    """Checks x (ValueError), then returns _prepare's (run, workspaces, fixed) for its key,
+    run wrapped by _elsewhere where needed; kept for the key unless a per-call hook is set."""
     if x.ndim != 2:
         raise ValueError(f"softmax expects a 2-D tensor, got {x.ndim}-D")
     if x.dtype not in TOLERANCE:
@@ -460,22 +444,38 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     n_rows, n_cols = x.shape
     if n_rows > 2**31 - 2**16 or n_cols >= 2**31:  # row and column indices are 32-bit
         raise ValueError(f"softmax: {n_rows} x {n_cols} is too large for 32-bit indices")
-    # empty_like keeps the strides of a dense x: a transposed x would give a transposed out.
-    if x.is_contiguous():
-        out = torch.empty_like(x)
-    else:
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if not n_rows or not n_cols:
-        return out
-    # A strided view whose last column lies past 2**31 elements is copied first.
-    if (n_cols - 1) * x.stride(1) >= 2**31:
-        x = x.contiguous()
+        return lambda *args: None, lambda x: (), ()  # nothing to launch
+    # A view whose last column lies past 2**31 elements is compiled for a contiguous copy.
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    copy = (n_cols - 1) * x.stride(1) >= 2**31
     device = x.get_device()
-    # Triton launches on the current device; torch allocates on the tensor's.
     here = INTERPRET or device == torch.cuda.current_device()
+    hooks = _per_call_hooks()
     with _HERE if here else torch.cuda.device(device):
-        run, workspaces, fixed = _launcher(out, x, device)
-        run(out, x, *workspaces(x), *fixed)
+        run, workspaces, fixed = _prepare(out, out if copy else x, device, not (INTERPRET or hooks))
+    if copy or not here:
+        run = functools.partial(_elsewhere, None if here else device, copy, run)
+    if not hooks:
+        if len(_launches) >= MAX_LAUNCHES:  # many shapes: start again rather than grow
+            _launches.clear()
+        _launches[key] = run, workspaces, fixed
+    return run, workspaces, fixed
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension of a 2-D tensor of any strides, on the GPU (in
+    Triton's interpreter, on the CPU).
+
+    Returns a new contiguous tensor of x's shape and dtype; x is not modified.
+    float32, float16 and bfloat16 inputs; arithmetic is in float32.
+    """
+    # A key's first call checks x and compiles; the later ones allocate out and launch.
+    key = _key(x)
+    launch = None if _per_call_hooks() else _launches.get(key)
+    run, workspaces, fixed = launch or _launch(x, key)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)  # whatever x's strides
+    run(out, x, *workspaces(x), *fixed)
     return out
 
 

@@ -4,6 +4,7 @@ On a CPU machine every kernel runs in Triton's interpreter; the tests marked gpu
 the same checks on a real GPU at full size.
 """
 
+import contextlib
 from types import SimpleNamespace
 
 import pytest
@@ -224,7 +225,7 @@ def gpu_path(monkeypatch):
         monkeypatch.setattr(sm, name, fakes[name])
     monkeypatch.setattr(sm, "INTERPRET", False)
     monkeypatch.setattr(sm, "_launches", {})
-    monkeypatch.setattr(sm.torch.cuda, "current_device", lambda: None)  # a CPU tensor's index
+    monkeypatch.setattr(sm.torch.cuda, "current_device", lambda: -1)  # a CPU tensor's index
     props = SimpleNamespace(multi_processor_count=1, warp_size=32)
     monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
     sm._plan.cache_clear()
@@ -286,7 +287,7 @@ def test_each_rows_counter_has_a_line_of_its_own(gpu_path, monkeypatch, cols, he
     plan = sm._plan(*x.shape, 4, sm._aligned(x), -1)
     assert plan.kernel == "softmax_long_rows_" + ("kernel" if held else "lagged_kernel")
     out = torch.empty_like(x)
-    run, workspaces, fixed = sm._launcher(out, x, -1)
+    run, workspaces, fixed = sm._launch(x, sm._key(x))
     counters = workspaces(x)[2]
     run(out, x, *workspaces(x)[:2], counters, *fixed)
     torch.testing.assert_close(out, torch.softmax(x, dim=1), atol=1e-6, rtol=0)
@@ -374,12 +375,24 @@ def test_a_storage_past_2_gib_gets_its_own_kernel_on_amd(gpu_path, monkeypatch, 
     assert compiles(gpu_path) == {"softmax_kernel": 2 if hip else 1}
 
 
-def test_each_device_compiles_its_own(gpu_path):
-    fake = gpu_path["softmax_kernel"]
+def test_a_tensor_off_the_current_device_is_launched_on_its_own(gpu_path, monkeypatch):
+    # Triton compiles for and launches on the current device, torch allocates on the
+    # tensor's: a tensor elsewhere is compiled for and launched under its own device.
+    entered = []
+
+    @contextlib.contextmanager
+    def device(index):
+        entered.append(index)
+        yield
+
+    monkeypatch.setattr(sm.torch.cuda, "device", device)
+    monkeypatch.setattr(sm, "_ONE_DEVICE", False)  # a machine of several GPUs
     x = randn(5, 100)
-    for device in (0, 1, 0):
-        sm._launcher(torch.empty_like(x), x, device)
-    assert len(fake.compiled) == 2
+    for current in (-1, 3, 3, -1):  # a CPU tensor's index is -1
+        monkeypatch.setattr(sm.torch.cuda, "current_device", lambda current=current: current)
+        check(x)
+    # At 3, the first call's compile and launch, then the second's launch.
+    assert entered == [-1] * 3
 
 
 def test_long_rows_beyond_the_gpu_are_written_lag_tickets_later(gpu_path, tiled):
