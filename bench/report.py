@@ -83,7 +83,7 @@ def section(results, json_path):
     refused = sorted(
         {f"{c} ({p['cols']} columns)" for p in results["points"] for c in p.get("notes", {})}
     )
-    hosts = [c for c in [*CANDIDATES, "kernel[grid]"] if c in host]
+    hosts = [c for c in [*CANDIDATES, "kernel[grid]", "compiled[grid]"] if c in host]
     host_row = " | ".join(f"{host[c]:.1f}" for c in hosts)
     vs_torch = results.get("host_vs_torch", {})
     host_rounds = results.get("host_rounds", results["rounds"])
@@ -121,9 +121,10 @@ Host cost per call on a 4 x 64 input (loop time, the GPU waiting on the host), u
 | vs torch.softmax | {ratio_row} |
 
 (kernel[grid]: softmax.py's kernel launched through Triton's plain `kernel[grid](...)`
-into an output allocated once, binding and specialising the arguments on every call;
-softmax.py allocates each call's output, as torch.softmax does, and launches the kernel
-it compiled on the first call of the input's key as `compiled[grid](...)`.)
+into an output allocated once, binding and specialising the arguments on every call.
+softmax.py allocates each call's output, as torch.softmax does, looks up the input's key
+and launches the kernel it compiled on the key's first call as `compiled[grid](...)`;
+compiled[grid] is that allocation and launch alone, without the lookup.)
 
 Profiling's cost at the default shape, whole processes (start-up, compilation and the
 check included): `make profile` took {prof["profile_wall_s"]:.1f} s against

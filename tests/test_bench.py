@@ -20,7 +20,7 @@ def test_results_hold_the_promised_keys(path):
     assert {"device", "torch", "triton", "points", "host_us", "host_vs_torch", "profiling"} <= set(
         r
     )
-    assert set(r["host_us"]) - {"kernel[grid]"} == CANDIDATES
+    assert set(r["host_us"]) - {"kernel[grid]", "compiled[grid]"} == CANDIDATES
     assert set(r["host_vs_torch"]) == set(r["host_us"]) and r["host_vs_torch"]["torch.softmax"] == 1
     assert {"run_wall_s", "profile_wall_s", "profile_vs_run", "proton_kernel_us",
             "device_us"} <= set(r["profiling"])  # fmt: skip
