@@ -344,23 +344,20 @@ def _plan(n_rows, n_cols, itemsize, aligned, device):
 # call: about twice torch.softmax's host time (bench/results). So, as in Triton's fused-
 # softmax tutorial, a key's first call compiles the kernel with kernel.warmup(...) (or finds
 # it in Triton's cache), and later calls find it by the key and launch compiled[grid](...).
-_launches = {}  # _key(x) -> _launch(x, key): how softmax(x) launches
+_launches = {}  # _key(x) -> _launch(x, ...): how softmax(x) launches
 MAX_LAUNCHES = 4096
 _HERE = contextlib.nullcontext()
-_ONE_DEVICE = INTERPRET or torch.cuda.device_count() == 1  # none other can be current
 _FPSAN = hasattr(knobs.compilation, "fpsan_homomorphic_casts")  # Triton 3.9+
+_one_gpu = INTERPRET  # one GPU visible, so no tensor is off the current one: set by _launch
 
 
 def _key(x):
-    """What softmax(x) does depends on, or finer. x's device, dtype, shape and strides
-    decide whether x is valid, whether it is copied first and every launch argument (out
-    and the workspaces are new, contiguous allocations); the current device (of several),
-    whether the launch needs a device guard. Triton also specialises pointers on 16-byte
-    alignment and, on AMD, on a storage under 2 GiB (buffer loads), and compiles in the
-    options kernel[grid] reads on each launch (debug, Proton's instrumentation mode, 3.9's
-    float sanitizer)."""
-    return (x.device, _ONE_DEVICE or torch.cuda.current_device(), x.dtype, x.shape, x.stride(),
-            x.data_ptr() % 16 == 0, _HIP and x.untyped_storage().nbytes() < 2**31,
+    """What softmax(x)'s launch depends on: x's device, dtype, shape, strides and negation
+    bit; the current device, of several; what Triton specialises on (16-byte alignment, on
+    AMD a storage under 2 GiB) and the modes a session may switch (debug, instrumentation,
+    3.9's float sanitizer). Other compile knobs count as they were at the key's first call."""
+    return (x.device, _one_gpu or torch.cuda.current_device(), x.dtype, x.shape, x.stride(),
+            x.is_neg(), x.data_ptr() % 16 == 0, _HIP and x.untyped_storage().nbytes() < 2**31,
             knobs.runtime.debug, knobs.compilation.instrumentation_mode,
             _FPSAN and knobs.compilation.fpsan_homomorphic_casts)  # fmt: skip
 
@@ -379,9 +376,8 @@ def _per_call_hooks():
 
 
 def _aligned(x):
-    """Whether x's rows load 16 bytes at a time: Triton vectorises the loads where the
-    column stride is 1, the row stride and length are multiples of 16 elements (what it
-    specialises integers on) and the data starts on 16 bytes."""
+    """Whether x's rows load 16 bytes at a time: a column stride of 1, a row stride and
+    length of multiples of 16 elements (what Triton specialises integers on), data on 16."""
     rows, cols = x.stride()
     return cols == 1 and rows % 16 == 0 and x.shape[1] % 16 == 0 and x.data_ptr() % 16 == 0
 
@@ -402,8 +398,7 @@ def _prepare(out, x, device, precompile):
 
         def workspaces(x):
             # Each tile's max and sum; the ticket counter and each row's arrivals, 128 bytes
-            # apart (faster on the H200 than packed), zeroed on every call, also when the
-            # call is replayed from a CUDA graph (the fill is in it).
+            # apart (faster on the H200), zeroed on every call, CUDA-graph replays included.
             partial_max = torch.empty((n_rows, plan.n_tiles), dtype=torch.float32, device=x.device)
             partial_sum = torch.empty_like(partial_max)
             counters = partial_max.new_zeros((n_rows + 1, COUNTER_STRIDE.value), dtype=torch.int32)
@@ -425,16 +420,17 @@ def _prepare(out, x, device, precompile):
     return run, workspaces, fixed
 
 
-def _elsewhere(device, copy, run, out, x, *args):
-    """run(out, x, *args) under device (x's, off the current one; else None), x copied
-    first if copy: Triton launches on the current device, with 32-bit offsets."""
+def _guarded(device, copy, run, out, x, *args):
+    """run(out, x, *args) under device (None: the current one), on a copy of x if copy."""
     with _HERE if device is None else torch.cuda.device(device):
-        run(out, x.contiguous() if copy else x, *args)
+        run(out, x.clone(memory_format=torch.contiguous_format) if copy else x, *args)
 
 
-def _launch(x, key):
-    """Checks x (ValueError), then returns _prepare's (run, workspaces, fixed) for its key,
-    run wrapped by _elsewhere where needed; kept for the key unless a per-call hook is set."""
+def _launch(x, keep):
+    """Checks x (ValueError); _prepare's (run, workspaces, fixed) for it, run wrapped by
+    _guarded where needed, kept by _key(x) if keep, unless a per-call hook is set."""
+    if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_nested:
+        raise ValueError(f"softmax expects a dense torch.Tensor, got {type(x).__name__}")
     if x.ndim != 2:
         raise ValueError(f"softmax expects a 2-D tensor, got {x.ndim}-D")
     if x.dtype not in TOLERANCE:
@@ -445,35 +441,39 @@ def _launch(x, key):
     if n_rows > 2**31 - 2**16 or n_cols >= 2**31:  # row and column indices are 32-bit
         raise ValueError(f"softmax: {n_rows} x {n_cols} is too large for 32-bit indices")
     if not n_rows or not n_cols:
-        return lambda *args: None, lambda x: (), ()  # nothing to launch
-    # A view whose last column lies past 2**31 elements is compiled for a contiguous copy.
+        return lambda *args: None, lambda x: (), ()
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    copy = (n_cols - 1) * x.stride(1) >= 2**31
+    global _one_gpu  # CUDA is up (out is on it): its device count is final
+    _one_gpu = INTERPRET or torch.cuda.device_count() == 1
+    # A negated view (z.conj().imag) or one past 2**31 elements launches on a copy, as out.
+    copy = x.is_neg() or (n_cols - 1) * x.stride(1) >= 2**31
     device = x.get_device()
     here = INTERPRET or device == torch.cuda.current_device()
     hooks = _per_call_hooks()
     with _HERE if here else torch.cuda.device(device):
         run, workspaces, fixed = _prepare(out, out if copy else x, device, not (INTERPRET or hooks))
     if copy or not here:
-        run = functools.partial(_elsewhere, None if here else device, copy, run)
-    if not hooks:
+        run = functools.partial(_guarded, None if here else device, copy, run)
+    if keep and not hooks:
         if len(_launches) >= MAX_LAUNCHES:  # many shapes: start again rather than grow
             _launches.clear()
-        _launches[key] = run, workspaces, fixed
+        _launches[_key(x)] = run, workspaces, fixed  # with _one_gpu final
     return run, workspaces, fixed
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dimension of a 2-D tensor of any strides, on the GPU (in
-    Triton's interpreter, on the CPU).
+    Triton's interpreter, on the CPU). No autograd: the result has no grad_fn.
 
     Returns a new contiguous tensor of x's shape and dtype; x is not modified.
     float32, float16 and bfloat16 inputs; arithmetic is in float32.
     """
-    # A key's first call checks x and compiles; the later ones allocate out and launch.
-    key = _key(x)
-    launch = None if _per_call_hooks() else _launches.get(key)
-    run, workspaces, fixed = launch or _launch(x, key)
+    try:  # A key's first call checks x and compiles; later ones allocate out and launch.
+        key = _key(x)
+    except (AttributeError, RuntimeError):  # no strides or data: _launch says what x is
+        key = None
+    launch = None if key is None or _per_call_hooks() else _launches.get(key)
+    run, workspaces, fixed = launch or _launch(x, key is not None)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)  # whatever x's strides
     run(out, x, *workspaces(x), *fixed)
     return out

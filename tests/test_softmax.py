@@ -169,6 +169,26 @@ def test_empty_and_bad_inputs():
         sm.softmax(torch.zeros(2, 2, 2, device=sm.DEVICE))
     with pytest.raises(ValueError, match="float32, float16 and bfloat16"):
         sm.softmax(torch.zeros(2, 2, device=sm.DEVICE, dtype=torch.float64))
+    for other in ([[1.0]], torch.zeros(2, 2).to_sparse()):  # no strides to key on
+        with pytest.raises(ValueError, match="expects a dense torch.Tensor"):
+            sm.softmax(other)
+
+
+def test_launches_are_kept_by_key():
+    # A key's later calls skip the checks and the compile: a key that failed to form
+    # would still give right answers, every call paying the first call's cost.
+    x = randn(3, 100)
+    sm._launches.clear()
+    check(x)
+    assert list(sm._launches) == [sm._key(x)]
+
+
+def test_a_negated_view_is_not_taken_for_its_stored_values():
+    # z.conj().imag negates z's imaginary parts lazily (is_neg()); the kernel reads the
+    # stored values, so the view launches on a copy that holds them negated.
+    z = torch.randn(4, 50, dtype=torch.complex64, device=sm.DEVICE)
+    check(z.imag)  # the same strides and storage, not negated: another key
+    check(z.conj().imag)
 
 
 # The launch path of a GPU, on CPU: fakes stand in for Triton's compiled kernels, and
@@ -225,6 +245,7 @@ def gpu_path(monkeypatch):
         monkeypatch.setattr(sm, name, fakes[name])
     monkeypatch.setattr(sm, "INTERPRET", False)
     monkeypatch.setattr(sm, "_launches", {})
+    monkeypatch.setattr(sm, "_one_gpu", sm._one_gpu)  # _launch sets it: restored afterwards
     monkeypatch.setattr(sm.torch.cuda, "current_device", lambda: -1)  # a CPU tensor's index
     props = SimpleNamespace(multi_processor_count=1, warp_size=32)
     monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
@@ -287,7 +308,7 @@ def test_each_rows_counter_has_a_line_of_its_own(gpu_path, monkeypatch, cols, he
     plan = sm._plan(*x.shape, 4, sm._aligned(x), -1)
     assert plan.kernel == "softmax_long_rows_" + ("kernel" if held else "lagged_kernel")
     out = torch.empty_like(x)
-    run, workspaces, fixed = sm._launch(x, sm._key(x))
+    run, workspaces, fixed = sm._launch(x, keep=False)
     counters = workspaces(x)[2]
     run(out, x, *workspaces(x)[:2], counters, *fixed)
     torch.testing.assert_close(out, torch.softmax(x, dim=1), atol=1e-6, rtol=0)
@@ -386,7 +407,7 @@ def test_a_tensor_off_the_current_device_is_launched_on_its_own(gpu_path, monkey
         yield
 
     monkeypatch.setattr(sm.torch.cuda, "device", device)
-    monkeypatch.setattr(sm, "_ONE_DEVICE", False)  # a machine of several GPUs
+    monkeypatch.setattr(sm, "_one_gpu", False)  # a machine of several GPUs
     x = randn(5, 100)
     for current in (-1, 3, 3, -1):  # a CPU tensor's index is -1
         monkeypatch.setattr(sm.torch.cuda, "current_device", lambda current=current: current)
