@@ -3,10 +3,10 @@
 # capture, and summarise it into OUT/summary.json.
 #
 #   ./profile.sh [--recipe FILE] [--output DIR] [--data tree|trace] [--backend NAME]
-#                [--context shadow|python] [--dry-run] [-- COMMAND ...]
+#                [--context shadow|python] [--dry-run] -- COMMAND ...
 #
-# COMMAND runs a .py script: through its interpreter (python softmax.py ...), or through
-# a launcher that starts it once per rank (torchrun ... softmax.py ..., srun torchrun
+# COMMAND runs a .py script: through its interpreter (python mine.py ARGS), or through
+# a launcher that starts it once per rank (torchrun ... mine.py ARGS, srun torchrun
 # ...), each rank then writing OUT/proton.rank<R>.<ext>. --data, --backend and --context
 # override the recipe's for this run. --dry-run prints what would run, and runs nothing.
 # Exit status: the workload's own when it fails; 1 no usable capture; 2 usage, a
@@ -20,7 +20,7 @@ dry_run=0
 data=
 backend=
 context=
-cmd=(python softmax.py --rows 4096 --cols 1024 --iters 20)
+cmd=()
 
 die() { echo "profile.sh: error: $2" >&2; exit "$1"; }
 
@@ -37,6 +37,7 @@ while (($#)); do
     *) die 2 "unknown argument: ${1:0:60} (see --help)" ;;
   esac
 done
+((${#cmd[@]})) || die 2 "no command: give one after -- (e.g. -- python mine.py)"
 [[ -n $out ]] || die 2 "--output needs a directory, not an empty name"
 [[ ! -e $out || -d $out ]] || die 2 "--output ${out:0:200}: not a directory"
 
@@ -46,7 +47,7 @@ for word in "${cmd[@]}"; do
   [[ $word != *.py ]] || break
   start+=("$word")
 done
-((${#start[@]} < ${#cmd[@]})) || die 2 "the command must run a .py script (e.g. -- python softmax.py)"
+((${#start[@]} < ${#cmd[@]})) || die 2 "the command must run a .py script (e.g. -- python mine.py)"
 ((${#start[@]})) || die 2 "the command must start with the script's interpreter or launcher"
 script=("${cmd[@]:${#start[@]}}")
 

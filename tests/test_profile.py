@@ -19,7 +19,9 @@ import recipe as rc
 PROFILE = ROOT / "profile.sh"
 LAUNCH = ROOT / "proton_launch.py"
 FIXTURES = Path(__file__).parent / "fixtures"
+TRACE = FIXTURES / "h200-two-ranks-trace" / "proton.rank0.chrome_trace"  # one rank's trace
 PY = sys.executable
+MINE = ["--", "python", "mine.py"]  # a user's script: dry runs never open it
 CLEAN = {"HIP_VISIBLE_DEVICES": None, "ROCR_VISIBLE_DEVICES": None, "CUDA_VISIBLE_DEVICES": None}
 
 
@@ -48,7 +50,6 @@ def dry_run(*args, **kw):
 def test_shipped_recipe_is_the_aorta_recipe():
     data = yaml.safe_load((ROOT / "recipe.yaml").read_text())
     assert data["schema_version"] == 1 and data["mode"] == "probe"
-    assert data["ticket"] == "PROFILING-TRITON-SOFTMAX"
     assert data["trials"] == 1 and data["timeout_per_trial"] == 1800
     assert data["mitigation_axis"] == ["none"] and data["diagnostic_axis"] == ["none"]
     assert data["env_passthrough_mode"] == "inherit"
@@ -160,7 +161,7 @@ def test_unreadable_recipes_are_one_line(tmp_path, capsys, text, message):
 def test_recipe_is_read_without_importing_from_the_current_folder(tmp_path):
     # profile.sh reads the recipe in isolated mode: a yaml.py here is not imported.
     (tmp_path / "yaml.py").write_text("raise SystemExit('the yaml.py here ran')\n")
-    p = profile("--recipe", ROOT / "recipe.yaml", "--dry-run", cwd=tmp_path)
+    p = profile("--recipe", ROOT / "recipe.yaml", "--dry-run", *MINE, cwd=tmp_path)
     assert p.returncode == 0 and "ran" not in p.stderr, p.stderr
 
 
@@ -169,21 +170,29 @@ def test_recipe_is_read_without_importing_from_the_current_folder(tmp_path):
 
 def test_dry_run_of_the_shipped_recipe(tmp_path):
     out = tmp_path / "res"
-    lines = dry_run("--output", out)
+    lines = dry_run("--output", out, "--", "python", "mine.py", "--n", "4096")
     assert lines == [
         f"python -m triton.profiler.proton -n {out}/proton --context python --data tree "
-        "softmax.py --rows 4096 --cols 1024 --iters 20"
+        "mine.py --n 4096"
     ]
     assert not out.exists()  # a dry run creates nothing
 
 
+def test_the_command_comes_from_the_caller():
+    p = profile("--dry-run")
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1
+    assert "no command: give one after --" in p.stderr
+    p = profile("--help")
+    assert p.returncode == 0 and "-- COMMAND" in p.stdout and "mine.py" in p.stdout
+
+
 def test_dry_run_variants(tmp_path):
     out = tmp_path / "o"
-    cmd = ["--output", out, "--", PY, "softmax.py", "--iters", "3"]
+    cmd = ["--output", out, "--", PY, "mine.py", "--iters", "3"]
     line = dry_run("--recipe", recipe(tmp_path, backend="cupti", hook="triton"), *cmd)
     assert shlex.split(line[0]) == [
         PY, "-m", "triton.profiler.proton", "-n", f"{out}/proton", "-b", "cupti",
-        "--context", "python", "--data", "tree", "-k", "triton", "softmax.py", "--iters", "3",
+        "--context", "python", "--data", "tree", "-k", "triton", "mine.py", "--iters", "3",
     ]  # fmt: skip
     env_lines = dry_run("--recipe", recipe(tmp_path, mode="env"), *cmd)
     assert env_lines == [
@@ -191,11 +200,11 @@ def test_dry_run_variants(tmp_path):
         f"export AORTA_PROTON_NAME={out}/proton",
         "export AORTA_PROTON_CONTEXT=python",
         "export AORTA_PROTON_DATA=tree",
-        f"{PY} softmax.py --iters 3",
+        f"{PY} mine.py --iters 3",
     ]
     pinned = dry_run("--recipe", recipe(tmp_path, mode="env", backend="roctracer"), *cmd)
     assert "export AORTA_PROTON_BACKEND=roctracer" in pinned
-    assert pinned[-1] == f"{PY} softmax.py --iters 3"
+    assert pinned[-1] == f"{PY} mine.py --iters 3"
 
 
 def test_dry_run_keeps_spaces_and_can_be_pasted(tmp_path):
@@ -214,30 +223,30 @@ def test_dry_run_keeps_spaces_and_can_be_pasted(tmp_path):
 def test_instrumentation_goes_through_the_launcher_with_its_mode(tmp_path):
     r = recipe(tmp_path, backend="instrumentation", instrumentation_mode="default",
                granularity="warp")  # fmt: skip
-    (line,) = dry_run("--recipe", r, "--output", tmp_path, "--", PY, "softmax.py")
+    (line,) = dry_run("--recipe", r, "--output", tmp_path, "--", PY, "mine.py")
     assert shlex.split(line) == [
         PY, str(LAUNCH), "-n", f"{tmp_path}/proton", "-b", "instrumentation", "--context",
-        "python", "--data", "tree", "--mode", "default:granularity=warp", "softmax.py",
+        "python", "--data", "tree", "--mode", "default:granularity=warp", "mine.py",
     ]  # fmt: skip
-    (line,) = dry_run("--backend", "instrumentation", "--output", tmp_path)  # make intra
+    (line,) = dry_run("--backend", "instrumentation", "--output", tmp_path, *MINE)  # make intra
     assert f"{LAUNCH} -n {tmp_path}/proton -b instrumentation" in line
     env = dry_run("--recipe", recipe(tmp_path, mode="env", backend="instrumentation",
-                                     granularity="warp"))  # fmt: skip
+                                     granularity="warp"), *MINE)  # fmt: skip
     assert "export AORTA_PROTON_MODE=default:granularity=warp" in env
 
 
 def test_dry_run_of_a_two_host_torchrun_job(tmp_path):
     # What a cluster user runs on each host: every rank writes its own capture.
     job = ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", "host0:29500", "softmax.py", "--rows", "8192"]  # fmt: skip
+           "--rdzv-endpoint", "host0:29500", "mine.py", "--rows", "8192"]  # fmt: skip
     lines = dry_run("--output", tmp_path / "shared", "--", *job)
     launch = [str(LAUNCH), "-n", f"{tmp_path}/shared/proton", "--context", "python", "--data",
-              "tree", "softmax.py", "--rows", "8192"]  # fmt: skip
+              "tree", "mine.py", "--rows", "8192"]  # fmt: skip
     assert shlex.split(lines[0]) == [*job[:9], *launch]
     assert shlex.split(lines[1].removeprefix("# each rank runs: ")) == launch
     assert lines[2] == (f"# and writes {tmp_path}/shared/proton.rank<RANK>.hatchet "
                         "(RANK, else SLURM_PROCID)")  # fmt: skip
-    srun = dry_run("--output", tmp_path, "--", "srun", "-N", "2", "torchrun", "softmax.py")
+    srun = dry_run("--output", tmp_path, "--", "srun", "-N", "2", "torchrun", "mine.py")
     assert shlex.split(srun[0])[:4] == ["srun", "-N", "2", "torchrun"]
     env = dry_run("--recipe", recipe(tmp_path, mode="env"), "--", *job)  # each rank's name
     assert shlex.split(env[-3])[9:13] == [str(LAUNCH), "-n", f"{ROOT}/profiling_results/proton",
@@ -268,7 +277,7 @@ def test_dry_run_of_a_two_host_torchrun_job(tmp_path):
     ],
 )
 def test_device_variables_move_to_rocr_on_amd(env, expected):
-    p = profile("--dry-run", env=env)
+    p = profile("--dry-run", *MINE, env=env)
     assert p.returncode == 0
     assert p.stdout.splitlines()[:-1] == expected
     assert ("warning" in p.stderr) == bool(expected)
@@ -276,26 +285,27 @@ def test_device_variables_move_to_rocr_on_amd(env, expected):
 
 def test_an_amd_backend_alone_establishes_amd(tmp_path):
     r = recipe(tmp_path, mode="env", backend="rocprofiler")
-    lines = dry_run("--recipe", r, env={"CUDA_VISIBLE_DEVICES": "1"})
+    lines = dry_run("--recipe", r, *MINE, env={"CUDA_VISIBLE_DEVICES": "1"})
     assert lines[:2] == ["unset CUDA_VISIBLE_DEVICES", "export ROCR_VISIBLE_DEVICES=1"]
     # The instrumentation backend intercepts no queue: aorta leaves its variables alone.
     r = recipe(tmp_path, backend="instrumentation")
-    assert not dry_run("--recipe", r, env={"HIP_VISIBLE_DEVICES": "1"})[0].startswith("unset")
+    lines = dry_run("--recipe", r, *MINE, env={"HIP_VISIBLE_DEVICES": "1"})
+    assert not lines[0].startswith("unset")
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--output"], "--output needs a directory"),
-        (["--output", ""], "--output needs a directory, not an empty name"),
-        (["--output", "README.md"], "--output README.md: not a directory"),
+        (["--output", "", *MINE], "--output needs a directory, not an empty name"),
+        (["--output", "README.md", *MINE], "--output README.md: not a directory"),
         (["--frobnicate"], "unknown argument: --frobnicate"),
-        (["--data", "csv"], "--data: 'csv' is not one of tree, trace"),
-        (["--backend", "gdb"], "--backend: 'gdb' is not one of auto"),
-        (["--", "bash", "-c", "true"], "the command must run a .py script"),
-        (["--", "softmax.py"], "must start with the script's interpreter or launcher"),
-        (["--", "/no/python3", "softmax.py"], "no interpreter /no/python3"),
-        (["--recipe", "/no/such.yaml"], "no such file or directory"),
+        (["--data", "csv", *MINE], "--data: 'csv' is not one of tree, trace"),
+        (["--backend", "gdb", *MINE], "--backend: 'gdb' is not one of auto"),
+        (["--", "bash", "-c", "true"], "must run a .py script (e.g. -- python mine.py)"),
+        (["--", "mine.py"], "must start with the script's interpreter or launcher"),
+        (["--", "/no/python3", "mine.py"], "no interpreter /no/python3"),
+        (["--recipe", "/no/such.yaml", *MINE], "no such file or directory"),
     ],
 )
 def test_usage_errors_are_one_line(args, message):
@@ -310,12 +320,12 @@ def test_a_python_without_pyyaml_is_a_usage_error(tmp_path):
                     "sys.modules['yaml'] = None; sys.argv = sys.argv[1:]; "
                     "runpy.run_path(sys.argv[0], run_name='__main__')\" \"$@\"\n")  # fmt: skip
     bare.chmod(0o755)
-    p = profile("--dry-run", "--", bare, "softmax.py")
+    p = profile("--dry-run", "--", bare, "mine.py")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "has no PyYAML" in p.stderr
 
 
 def test_cdpath_does_not_change_where_profile_sh_looks(tmp_path):
-    p = profile("--dry-run", env={"CDPATH": str(tmp_path)})
+    p = profile("--dry-run", *MINE, env={"CDPATH": str(tmp_path)})
     assert p.returncode == 0 and p.stdout.count("\n") == 1
 
 
@@ -360,9 +370,9 @@ def test_good_capture_writes_summary(tmp_path):
 
 
 def test_data_trace_without_editing_the_recipe(tmp_path):
-    line = dry_run("--data", "trace", "--output", tmp_path)[0]
-    assert "--context python --data trace softmax.py" in line
-    p, out = fake_run(tmp_path, FIXTURES / "h200-softmax-python.chrome_trace",
+    line = dry_run("--data", "trace", "--output", tmp_path, *MINE)[0]
+    assert "--context python --data trace mine.py" in line
+    p, out = fake_run(tmp_path, TRACE,
                       options=["--data", "trace"])  # fmt: skip
     assert p.returncode == 0, p.stderr
     summary = json.loads((out / "summary.json").read_text())
@@ -378,7 +388,7 @@ def test_only_this_run_s_captures_are_summarised(tmp_path):
         (out / stale).write_text('{"traceEvents": []}')
     tree = FIXTURES / "amd-gfx950-vecadd-shadow.hatchet"
     (out / "proton.hatchet").write_bytes(tree.read_bytes())
-    p, _ = fake_run(tmp_path, FIXTURES / "h200-softmax-python.chrome_trace",
+    p, _ = fake_run(tmp_path, TRACE,
                     options=["--data", "trace"])  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert not (out / "proton.rank7.chrome_trace").exists()
@@ -482,50 +492,52 @@ def test_typed_modes_from_aorta_s_strings():
         proton_launch.typed_mode("default:granularity")
 
 
-# On the GPU, end to end through make.
+# On the GPU, end to end through make, with a payload of the tests' own.
+
+PAYLOAD = "tests/payloads/vector_add.py"
+N, ITERS = 98432, 10
+
+
+def make(target, out, *variables, script=PAYLOAD, args=f"--n {N} --iters {ITERS}"):
+    return run("make", "-s", target, f"OUT={out}", f"SCRIPT={script}", f"ARGS={args}", *variables)
 
 
 def _check_capture(p, out, hook):
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "softmax: PASS" in p.stdout
+    assert "vector_add: PASS" in p.stdout
     assert (out / "proton.hatchet").is_file()
     summary = json.loads((out / "summary.json").read_text())
     top = summary["proton_kernels"][0]
-    assert top["name"].startswith("softmax_kernel")
-    assert top["launches"] == 20 + 1
+    assert top["name"].startswith("vector_add_kernel")
+    assert top["launches"] == ITERS + 1
     assert ("gbyte_per_s" in top) == hook
-    if hook:  # named by softmax.py's launch_metadata, with the bytes it moves
-        assert top["name"] == "softmax_kernel [4096x1024 float32]"
-        assert top["gbyte_per_s"] > 100
+    if hook:  # named by the payload's launch_metadata, with the bytes it moves
+        assert top["name"] == f"vector_add_kernel [{N}]"
+        assert top["gbyte_per_s"] > 0
     sites = summary["proton_callsites"]
-    ours = [s for s in sites if any(k["name"].startswith("softmax_kernel") for k in s["kernels"])]
-    assert sorted(k["launches"] for s in ours for k in s["kernels"]) == [1, 20]
-    # The launch site is a line of softmax(), not a launcher's.
-    assert all(s["callsite"].endswith(" softmax") for s in ours)
-    torch_site = [
-        s for s in sites if any("softmax_warp_forward" in k["name"] for k in s["kernels"])
-    ]
-    assert len(ours) == 2 and len(torch_site) == 1 and torch_site[0] not in ours
+    ours = [s for s in sites if any(k["name"].startswith("vector_add") for k in s["kernels"])]
+    # The checked launch and the loop: two sites, each a line of vector_add(), not a launcher's.
+    assert sorted(k["launches"] for s in ours for k in s["kernels"]) == [1, ITERS]
+    assert len(ours) == 2 and all(s["callsite"].endswith(" vector_add") for s in ours)
 
 
 @pytest.mark.gpu
 def test_gpu_make_profile(tmp_path):
-    p = run("make", "-s", "profile", f"OUT={tmp_path}")
+    p = make("profile", tmp_path)
     _check_capture(p, tmp_path / "profile", hook=False)
 
 
 @pytest.mark.gpu
 def test_gpu_make_profile_with_the_triton_hook(tmp_path):
-    r = recipe(tmp_path, hook="triton")
-    p = run("make", "-s", "profile", f"OUT={tmp_path}", f"RECIPE={r}")
+    p = make("profile", tmp_path, f"RECIPE={recipe(tmp_path, hook='triton')}")
     _check_capture(p, tmp_path / "profile", hook=True)
 
 
 @pytest.mark.gpu
 def test_gpu_make_profile_of_two_ranks(tmp_path):
-    p = run("make", "-s", "profile", f"OUT={tmp_path}", "NPROC=2", "ITERS=3")
+    p = make("profile", tmp_path, "NPROC=2", args="--iters 3")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("PASS") == 2 and "softmax[rank 1]: PASS" in p.stdout
+    assert p.stdout.count("PASS") == 2 and "vector_add[rank 1]: PASS" in p.stdout
     summary = json.loads((tmp_path / "profile" / "summary.json").read_text())
     assert [r["rank"] for r in summary["proton_ranks"]] == [0, 1]
     assert [r["files"] for r in summary["proton_ranks"]] == [
@@ -535,18 +547,18 @@ def test_gpu_make_profile_of_two_ranks(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_make_intra(tmp_path):
-    p = run("make", "-s", "intra", f"OUT={tmp_path}", "ITERS=2")
+    p = make("intra", tmp_path, args="--iters 2")
     assert p.returncode == 0, p.stdout + p.stderr
     summary = json.loads((tmp_path / "intra" / "summary.json").read_text())
     scopes = {s["scope"]: s for s in summary["proton_scopes"]}
-    assert set(scopes) == {"load", "max", "exp_sum", "store"}
+    assert set(scopes) == {"load", "store"}
     assert sum(s["share"] for s in scopes.values()) == pytest.approx(1.0)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("hidden", ["", "-1"])
 def test_gpu_hidden_by_a_device_variable_is_refused(tmp_path, hidden):
-    p = profile("--output", tmp_path, env={"CUDA_VISIBLE_DEVICES": hidden})
+    p = profile("--output", tmp_path, "--", PY, PAYLOAD, env={"CUDA_VISIBLE_DEVICES": hidden})
     assert p.returncode == 2 and "no GPU visible" in p.stderr
 
 
