@@ -80,7 +80,18 @@ def printable(text):
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-# --- Reading captures -------------------------------------------------------------------
+def say(message):
+    """One line on stderr, its names' control characters escaped; nothing when stderr is
+    closed (print would fall back to stdout, into the JSON)."""
+    if sys.stderr is not None:
+        print(f"parse_hatchet: {printable(message)}", file=sys.stderr)
+
+
+def warn(message):
+    say(f"warning: {message}")
+
+
+# --- Finding captures -----------------------------------------------------------------
 
 
 def find_captures(paths):
@@ -125,6 +136,15 @@ def add_capture(found, path, named):
 
 def kind(path):
     return "trace" if path.name.removesuffix(".gz").endswith(".chrome_trace") else "tree"
+
+
+def rank_of(path):
+    """The rank a launcher gave the process that wrote path (rank<R> in its name)."""
+    found = re.search(r"rank(\d+)", path.name)
+    return int(found[1]) if found else None
+
+
+# --- Reading a capture ----------------------------------------------------------------
 
 
 def load(path):
@@ -213,126 +233,7 @@ def deep_loads(text):
     return result[0]
 
 
-def say(message):
-    """One line on stderr, its names' control characters escaped; nothing when stderr is
-    closed (print would fall back to stdout, into the JSON)."""
-    if sys.stderr is not None:
-        print(f"parse_hatchet: {printable(message)}", file=sys.stderr)
-
-
-def warn(message):
-    say(f"warning: {message}")
-
-
-# --- Frames and call sites --------------------------------------------------------------
-
-
-def _package_roots():
-    """Where this machine's Triton (Proton with it) and torch are installed, wherever
-    that is (a source build of Triton, say): found, not imported."""
-    import importlib.util
-
-    roots = []
-    for package in ("triton", "torch"):
-        spec = importlib.util.find_spec(package)
-        roots += spec.submodule_search_locations or [] if spec else []
-    return tuple(f"{root.rstrip('/')}/" for root in roots)
-
-
-# Frames that are not the user's own, by install root: Python's standard library and
-# frozen modules (lib/python3.X, but not its site-packages), and Triton's (Proton's) and
-# torch's packages, as installed on any machine and on this one. Everything else is the
-# user's, a package of theirs installed beside torch included.
-LIBRARY = re.compile(
-    r"^<|/lib/python3\.\d+/(?!(site|dist)-packages/)|/(site|dist)-packages/(triton|torch)/"
-)
-PACKAGE_ROOTS = _package_roots()
-
-
-@functools.cache
-def frame_of(name):
-    """A python-context node's name, "file:line@function", as (file, line, function) when
-    the frame is the user's own; False for another python frame; None for a node that is
-    no python frame (a kernel, ROOT, a scope)."""
-    head, at, func = name.rpartition("@")
-    file, colon, line = head.rpartition(":")
-    if not (at and colon and line.isdecimal()):
-        return None
-    if (
-        LIBRARY.search(file)
-        or file.startswith(PACKAGE_ROOTS)
-        or func.startswith("__proton")  # GPU work of Proton's launch-metadata hook
-        or file.rpartition("/")[2] == "proton_launch.py"  # this repository's Proton launcher
-    ):
-        return False
-    return file, int(line), func
-
-
-class Chains:
-    """Chains of the user's frames, outermost first, each stored once and known by an int
-    (0: the empty chain). A frame repeated by recursion counts up its chain's last link
-    instead of adding one, so that a recursion n deep costs one link, not n."""
-
-    def __init__(self):
-        self.links = [(0, None, 0)]  # id -> (parent id, (file, line, function), repeats)
-        self.ids = {}
-        self.names = {}  # file -> the name shown for it, once every chain is known
-
-    def step(self, chain, name):
-        """The chain with the frame named name added (the same chain for a node that is
-        not a user frame), and whether name is a python frame."""
-        frame = frame_of(name)
-        if not frame:
-            return chain, frame is not None
-        parent, last, repeats = self.links[chain]
-        key = (parent, frame, repeats + 1) if last == frame else (chain, frame, 1)
-        found = self.ids.get(key)
-        if found is None:
-            found = self.ids[key] = len(self.links)
-            self.links.append(key)
-        return found, True
-
-    def frames(self, chain):
-        """(file, line, function, repeats) of each link, outermost first."""
-        out = []
-        while chain:
-            chain, frame, repeats = self.links[chain]
-            out.append((*frame, repeats))
-        return out[::-1]
-
-    def frame_text(self, file, line, func, repeats):
-        return f"{self.names.get(file, file)}:{line} {func}" + (
-            f" (x{repeats})" if repeats > 1 else ""
-        )
-
-    def text(self, chain):
-        """The chain as "file:line function > ...", outermost first."""
-        return " > ".join(self.frame_text(*frame) for frame in self.frames(chain))
-
-
-def short_names(files):
-    """Each file's shortest trailing part of its path that no other file shares: in the
-    order of the reversed paths, what a path shares with another it shares with one of
-    its neighbours, so one sort and a pass find every name."""
-    ordered = sorted((file.split("/")[::-1], file) for file in files)
-
-    def shared(a, b):  # how many trailing components two paths have in common
-        n = 0
-        for x, y in zip(a, b, strict=False):
-            if x != y:
-                break
-            n += 1
-        return n
-
-    names = {}
-    for i, (parts, file) in enumerate(ordered):
-        near = [ordered[j][0] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
-        keep = max((shared(parts, other) for other in near), default=0) + 1
-        names[file] = "/".join(parts[:keep][::-1])
-    return names
-
-
-# --- Trees --------------------------------------------------------------------------------
+# --- aorta's five keys, and the walk that finds them ----------------------------------
 
 
 @functools.cache
@@ -441,6 +342,23 @@ def walk_tree(roots, chains, totals):
             stack.pop()
 
 
+def five_keys(kernels):
+    """aorta's keys but the artifact folder, from kernel name -> [ms, launches or None,
+    ...]: the total GPU time, the largest kernel's, the five largest names (ties in
+    first-seen order: the sort is stable) and the launches, left out when any kernel's
+    count is unreadable. None of them for no kernel."""
+    if not kernels:
+        return {}
+    ranked = sorted(kernels.items(), key=lambda item: item[1][0], reverse=True)
+    keys = {}
+    if all(k[1] is not None for k in kernels.values()):
+        keys["proton_kernel_count"] = sum(k[1] for k in kernels.values())
+    keys["proton_gpu_time_ms"] = sum(k[0] for k in kernels.values())
+    keys["proton_top_kernel_ms"] = ranked[0][1][0]
+    keys["proton_top_kernels"] = [name for name, _ in ranked[:TOP_N]]
+    return keys
+
+
 def devices(records, seen):
     """The device records after a tree (kind -> id -> properties), each device once."""
     out = []
@@ -464,7 +382,396 @@ def devices(records, seen):
     return out
 
 
-# --- Traces -------------------------------------------------------------------------------
+# --- The summary ----------------------------------------------------------------------
+
+
+def summarize(paths, artifact_dir):
+    """The JSON summary of the given capture files; the call sites with their frames (for
+    --diff and --folded); and a one-line problem or None. Files of one run's ranks (named
+    rank<R>) add up, and each rank is summed apart too."""
+    chains, totals, seen_devices = Chains(), Totals(), []
+    summary = {"proton_artifact_dir": artifact_dir}
+    problems, read, traced, scope_events, ranks = [], [], [], [], {}
+    for path in paths:
+        ms_before, launched_before = totals.launched()
+        try:
+            with acyclic():
+                data = load(path)
+            if kind(path) == "trace":
+                if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+                    raise ValueError("not a Proton trace (no traceEvents list)")
+                launched, scoped, unnamed = trace_events(data, chains, totals)
+                if unnamed:
+                    warn(f"{path}: skipped {unnamed} events with no name")
+                traced.append((path, launched))
+                scope_events += scoped
+            else:
+                roots = data if isinstance(data, list) else [data]
+                if not any(isinstance(r, dict) and "frame" in r for r in roots):
+                    raise ValueError("not a Proton tree (no frame at the top level)")
+                walk_tree(roots, chains, totals)
+                devices([r for r in roots if isinstance(r, dict) and "frame" not in r],
+                        seen_devices)  # fmt: skip
+        except ValueError as e:
+            problems.append(f"{path}: {e}")
+            continue
+        read.append(path)
+        if (rank := rank_of(path)) is not None:
+            r = ranks.setdefault(rank, {"rank": rank, "gpu_time_ms": 0.0, "kernel_count": 0,
+                                        "files": []})  # fmt: skip
+            ms, launched = totals.launched()
+            r["gpu_time_ms"] += ms - ms_before
+            if None in (r["kernel_count"], launched, launched_before):
+                r["kernel_count"] = None
+            else:
+                r["kernel_count"] += launched - launched_before
+            r["files"].append(str(path))
+    if read and len(problems) < len(paths):  # a bad file beside good ones is only skipped
+        for problem in problems:
+            warn(f"skipped {problem}")
+    if len(read) > 1:
+        say(f"combined {len(read)} captures: {', '.join(map(str, read))}")
+
+    chains.names = short_names({frame[0] for _, frame, _ in chains.links[1:]})
+    sources = Sources()
+    source_of = lambda chain: sources.line(*chains.links[chain][1][:2]) if chain else None  # noqa: E731
+    kernels, scopes = totals.kernels, totals.scopes
+    by_chain = {}
+    for (chain, name), sums in totals.sites.items():
+        by_chain.setdefault(chain, {})[name] = sums
+    sites = chains, by_chain
+    if not paths:
+        return summary, sites, "no .hatchet or .chrome_trace file found"
+    if not read:
+        return summary, sites, f"no readable capture ({problems[0]})"
+    if not (kernels or scopes or scope_events):
+        if totals.unusable:
+            return summary, sites, (
+                f"no timed kernel: {totals.unusable} kernel leaves have a time that is not a "
+                "finite number >= 0 (infinite, negative or not a number)"
+            )  # fmt: skip
+        return summary, sites, (
+            "no timed kernel in the capture: ROOT only (a pinned AMD backend in cli mode, "
+            "or an env-mode payload that never called proton.start())"
+        )  # fmt: skip
+
+    gpu_ms = sum(k[0] for k in kernels.values())
+    if not math.isfinite(gpu_ms):  # as aorta: times that add up past a float's range
+        return summary, sites, "kernel times add up to infinity"
+    summary.update(five_keys(kernels))  # a capture of scopes alone has none of them
+    ranked = sorted(kernels.items(), key=lambda item: item[1][0], reverse=True)
+    summary["proton_context"] = "python" if totals.python else "shadow"
+    summary["proton_device"] = seen_devices
+    if kernels:
+        summary["proton_kernels"] = [kernel_row(name, k, gpu_ms) for name, k in ranked]
+        summary["proton_callsites"] = sorted(
+            (
+                {
+                    "callsite": chains.text(chain),
+                    "source": source_of(chain),
+                    "ms": sum(ms for ms, _ in by_name.values()),
+                    "kernels": [
+                        {"name": name, "launches": n, "ms": ms} for name, (ms, n) in by_name.items()
+                    ],  # fmt: skip
+                }
+                for chain, by_name in by_chain.items()
+                if chain  # kernels with no user frame above them (shadow context)
+            ),
+            key=lambda site: site["ms"],
+            reverse=True,
+        )
+    if traced and kernels:  # a timeline per process: ranks' clocks are not one clock
+        summary["proton_timeline"] = []
+        for path, launched in traced:
+            rank = rank_of(path)
+            for entry in timeline(launched, chains.text, source_of):
+                summary["proton_timeline"].append(
+                    entry if rank is None else {"rank": rank, **entry}
+                )
+    if scopes:
+        summary["proton_scopes"] = scope_rows(scopes)
+    if scope_events:
+        summary["proton_scopes"], summary["proton_sm_spread"] = scope_summary(scope_events)
+    if ranks and kernels:  # scopes alone have no time to compare ranks by
+        summary.update(rank_summary(ranks, read))
+    return summary, sites, None
+
+
+# --- View: kernels --------------------------------------------------------------------
+
+
+def kernel_row(name, k, gpu_ms):
+    ms, count, moved, flops = k
+    seconds = ms / 1e3
+    row = {
+        "name": name,
+        "readable_name": readable(name),
+        "launches": count,
+        "total_ms": ms,
+        "mean_us": ms * 1e3 / count if count else None,
+        "share": ms / gpu_ms if gpu_ms else 0.0,
+    }
+    if moved:
+        row["gbyte_per_s"] = moved / seconds / 1e9 if seconds else None
+    if flops:
+        row["flop_per_s"] = flops / seconds if seconds else None
+    return row
+
+
+def readable(name):
+    """A C++ kernel name demangled, without its return type and parameters, and with
+    nested template arguments shortened to <…> (all of them, if it is still long)."""
+    cxxfilt = _cxxfilt() if name.startswith("_Z") else None
+    if cxxfilt is None:
+        return name
+    try:
+        name = cxxfilt.demangle(name)
+    except cxxfilt.Error:
+        return name
+    if name.endswith(")"):  # drop the parameter list: the last balanced (...)
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i]
+                break
+    name = name.removeprefix("void ")
+    short = _elide_templates(name, 2)
+    return short if len(short) <= 100 else _elide_templates(name, 1)
+
+
+@functools.cache
+def _cxxfilt():
+    """The cxxfilt module, imported at the first mangled name (its import locates the C++
+    runtime: about 17 ms of start-up), or None where it is missing: names stay mangled."""
+    try:
+        import cxxfilt
+    except ImportError:
+        return None
+    return cxxfilt
+
+
+def _elide_templates(name, keep):
+    """name with template arguments nested `keep` or more levels deep replaced by …"""
+    out, depth = [], 0
+    for ch in name:
+        if ch == ">":
+            depth -= 1
+        if depth < keep:
+            out.append(ch)
+        elif depth == keep and out[-1] != "…":
+            out.append("…")
+        if ch == "<":
+            depth += 1
+    return "".join(out).replace(" >", ">")
+
+
+def kernels_table(summary, top):
+    """The kernels, the largest first."""
+    if not summary.get("proton_kernels"):
+        return []
+    lines = []
+    lines += [f"{'ms':>10} {'share':>6} {'launches':>8} {'mean us':>9} {'GB/s':>8}  kernel"]
+    for k in summary["proton_kernels"][:top]:
+        gbs = f"{k['gbyte_per_s']:8.0f}" if k.get("gbyte_per_s") else f"{'':8}"
+        mean = f"{k['mean_us']:9.2f}" if k["mean_us"] is not None else f"{'?':>9}"
+        n = k["launches"] if k["launches"] is not None else "?"
+        lines.append(f"{k['total_ms']:10.4f} {k['share']:6.1%} {n:>8} {mean} {gbs}  "
+                     f"{printable(k['readable_name'])}")  # fmt: skip
+    lines.append("(launches: each kernel's count, summed as aorta sums proton_kernel_count)")
+    return lines
+
+
+# --- View: call sites -----------------------------------------------------------------
+
+
+def _package_roots():
+    """Where this machine's Triton (Proton with it) and torch are installed, wherever
+    that is (a source build of Triton, say): found, not imported."""
+    import importlib.util
+
+    roots = []
+    for package in ("triton", "torch"):
+        spec = importlib.util.find_spec(package)
+        roots += spec.submodule_search_locations or [] if spec else []
+    return tuple(f"{root.rstrip('/')}/" for root in roots)
+
+
+# Frames that are not the user's own, by install root: Python's standard library and
+# frozen modules (lib/python3.X, but not its site-packages), and Triton's (Proton's) and
+# torch's packages, as installed on any machine and on this one. Everything else is the
+# user's, a package of theirs installed beside torch included.
+LIBRARY = re.compile(
+    r"^<|/lib/python3\.\d+/(?!(site|dist)-packages/)|/(site|dist)-packages/(triton|torch)/"
+)
+PACKAGE_ROOTS = _package_roots()
+
+
+@functools.cache
+def frame_of(name):
+    """A python-context node's name, "file:line@function", as (file, line, function) when
+    the frame is the user's own; False for another python frame; None for a node that is
+    no python frame (a kernel, ROOT, a scope)."""
+    head, at, func = name.rpartition("@")
+    file, colon, line = head.rpartition(":")
+    if not (at and colon and line.isdecimal()):
+        return None
+    if (
+        LIBRARY.search(file)
+        or file.startswith(PACKAGE_ROOTS)
+        or func.startswith("__proton")  # GPU work of Proton's launch-metadata hook
+        or file.rpartition("/")[2] == "proton_launch.py"  # this repository's Proton launcher
+    ):
+        return False
+    return file, int(line), func
+
+
+class Chains:
+    """Chains of the user's frames, outermost first, each stored once and known by an int
+    (0: the empty chain). A frame repeated by recursion counts up its chain's last link
+    instead of adding one, so that a recursion n deep costs one link, not n."""
+
+    def __init__(self):
+        self.links = [(0, None, 0)]  # id -> (parent id, (file, line, function), repeats)
+        self.ids = {}
+        self.names = {}  # file -> the name shown for it, once every chain is known
+
+    def step(self, chain, name):
+        """The chain with the frame named name added (the same chain for a node that is
+        not a user frame), and whether name is a python frame."""
+        frame = frame_of(name)
+        if not frame:
+            return chain, frame is not None
+        parent, last, repeats = self.links[chain]
+        key = (parent, frame, repeats + 1) if last == frame else (chain, frame, 1)
+        found = self.ids.get(key)
+        if found is None:
+            found = self.ids[key] = len(self.links)
+            self.links.append(key)
+        return found, True
+
+    def frames(self, chain):
+        """(file, line, function, repeats) of each link, outermost first."""
+        out = []
+        while chain:
+            chain, frame, repeats = self.links[chain]
+            out.append((*frame, repeats))
+        return out[::-1]
+
+    def frame_text(self, file, line, func, repeats):
+        return f"{self.names.get(file, file)}:{line} {func}" + (
+            f" (x{repeats})" if repeats > 1 else ""
+        )
+
+    def text(self, chain):
+        """The chain as "file:line function > ...", outermost first."""
+        return " > ".join(self.frame_text(*frame) for frame in self.frames(chain))
+
+
+def short_names(files):
+    """Each file's shortest trailing part of its path that no other file shares: in the
+    order of the reversed paths, what a path shares with another it shares with one of
+    its neighbours, so one sort and a pass find every name."""
+    ordered = sorted((file.split("/")[::-1], file) for file in files)
+
+    def shared(a, b):  # how many trailing components two paths have in common
+        n = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            n += 1
+        return n
+
+    names = {}
+    for i, (parts, file) in enumerate(ordered):
+        near = [ordered[j][0] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
+        keep = max((shared(parts, other) for other in near), default=0) + 1
+        names[file] = "/".join(parts[:keep][::-1])
+    return names
+
+
+class Sources:
+    """Source lines of the user's frames, from regular .py files of a sane size here. A
+    capture names the paths: following them to anything but Python source would let a
+    crafted capture print lines of other files. A file is read up to the line asked,
+    again from its start only when a later one is asked, and then at least twice as far:
+    lines asked in order cost reading the file about twice, not once a line."""
+
+    def __init__(self):
+        self.files = {}
+
+    def line(self, file, number):
+        if file not in self.files:
+            self.files[file] = [] if self._usable(file) else None
+        lines = self.files[file]
+        if lines is None or number < 1:
+            return None
+        if len(lines) < number:
+            self._read(file, lines, max(number, 2 * len(lines)))
+        text = lines[number - 1].strip()[:200] if number <= len(lines) else ""
+        return printable(text) or None
+
+    @staticmethod
+    def _usable(file):
+        try:
+            path = Path(file).resolve(strict=True)
+            info = path.stat()
+        except (OSError, RuntimeError):
+            return False
+        return (
+            path.suffix == ".py" and stat.S_ISREG(info.st_mode) and info.st_size <= MAX_SOURCE_BYTES
+        )
+
+    @staticmethod
+    def _read(file, lines, upto):
+        lines.clear()
+        try:
+            with open(file, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    lines.append(line)
+                    if len(lines) == upto:
+                        break
+        except OSError:
+            pass
+
+
+def labelled(site):
+    """A call site with the source line of its innermost frame, where readable here."""
+    text = f"{site['callsite']}  {site['source']}" if site.get("source") else site["callsite"]
+    return printable(text)
+
+
+def folded(sites):
+    """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read:
+    ';' in a name is escaped, so that it cannot split a frame."""
+    chains, by_chain = sites
+
+    def frame(text):
+        return printable(text).replace(";", "\\x3b")
+
+    lines = []
+    for chain, by_name in by_chain.items():
+        stack = [frame(chains.frame_text(*f)) for f in chains.frames(chain)]
+        for name, (ms, _) in by_name.items():
+            lines.append(";".join([*stack, frame(readable(name))]) + f" {round(ms * 1e6)}\n")
+    return "".join(lines)
+
+
+def callsites_table(summary, top):
+    """Each call site with its kernels."""
+    if not summary.get("proton_callsites"):
+        return []
+    lines = []
+    lines += [f"{'ms':>10} {'launches':>8}  call site > kernel"]
+    for site in summary["proton_callsites"][:top]:
+        lines.append(f"{site['ms']:10.4f} {'':8}  {labelled(site)}")
+        for k in site["kernels"]:
+            n = k["launches"] if k["launches"] is not None else "?"
+            lines.append(f"{k['ms']:10.4f} {n:>8}    > {printable(readable(k['name']))}")
+    return lines
+
+
+# --- View: timeline (traces) ----------------------------------------------------------
 
 
 def trace_events(data, chains, totals):
@@ -559,6 +866,83 @@ def median(ordered):
     return (ordered[n // 2] + ordered[(n - 1) // 2]) / 2
 
 
+def diagnosis(entries):
+    """One line for each call site that looks like a loop held back by the host: every
+    kernel of it launched 3 or more times, the GPU busy under half of the site's span, and
+    gaps between launches the size of a launch's host cost."""
+    out = []
+    for e in entries:
+        idle = e["median_idle_us"]
+        if (e["fewest_launches_of_a_kernel"] >= 3 and e["busy"] < 0.5 and idle is not None
+                and idle <= LAUNCH_GAP_US):  # fmt: skip
+            mean_us = e["kernel_ms"] * 1e3 / e["launches"]
+            out.append(
+                f"{printable(e['callsite']) or 'kernels with no frame of yours'}: the GPU was "
+                f"idle {1 - e['busy']:.0%} of the span of its {e['launches']} launches, a median "
+                f"{idle:.1f} us between launches against {mean_us:.1f} us of kernel each: the "
+                "host's launch cost bounds it, not the kernel."
+            )
+    return ["", *out] if out else []
+
+
+# --- View: ranks ----------------------------------------------------------------------
+
+
+def rank_summary(ranks, read):
+    """proton_ranks, each rank's sums in rank order, and proton_rank_imbalance, the
+    busiest rank's GPU time over the mean."""
+    if unranked := [str(p) for p in read if rank_of(p) is None]:
+        warn(f"left out of proton_ranks, with no rank<N> in their names: {', '.join(unranked)}")
+    times = [r["gpu_time_ms"] for r in ranks.values()]
+    mean = sum(times) / len(times)
+    return {
+        "proton_ranks": [ranks[r] for r in sorted(ranks)],
+        "proton_rank_imbalance": max(times) / mean if mean else None,
+    }
+
+
+def ranks_table(summary, top):
+    """Each rank's GPU time and launches, and the imbalance."""
+    if not summary.get("proton_ranks"):
+        return []
+    lines = []
+    lines += [f"{'rank':>6} {'GPU ms':>10} {'launches':>8} {'vs mean':>8}  files"]
+    mean = sum(r["gpu_time_ms"] for r in summary["proton_ranks"]) / len(summary["proton_ranks"])
+    for r in summary["proton_ranks"]:
+        n = r["kernel_count"] if r["kernel_count"] is not None else "?"
+        vs = f"{r['gpu_time_ms'] / mean:8.2f}" if mean else f"{'':8}"
+        files = ", ".join(Path(f).name for f in r["files"])
+        lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}  {printable(files)}")
+    imbalance = summary["proton_rank_imbalance"]
+    if imbalance is not None:
+        lines.append(f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}")
+    return lines
+
+
+def timeline_table(summary, top):
+    """Each call site's timeline, with the diagnosis."""
+    if "proton_timeline" not in summary:
+        return []
+    lines = []
+    ranked = any("rank" in e for e in summary["proton_timeline"])
+    lines += ["timeline per call site (busy: the share of the site's span in which any "
+              "kernel ran; idle: the median gap between its launches)",  # fmt: skip
+              f"{'kernel ms':>10} {'span ms':>9} {'busy':>5} {'launches':>8} {'idle us':>8}  "
+              + ("rank  " if ranked else "") + "call site"]  # fmt: skip
+    for e in summary["proton_timeline"][:top]:
+        idle = f"{e['median_idle_us']:8.1f}" if e["median_idle_us"] is not None else f"{'':8}"
+        rank = f"{e['rank']:>4}  " if "rank" in e else ("      " if ranked else "")
+        lines.append(
+            f"{e['kernel_ms']:10.4f} {e['span_ms']:9.4f} {e['busy']:5.0%} {e['launches']:>8} "
+            f"{idle}  {rank}{labelled(e) or '(no frame of yours)'}"
+        )
+    lines += diagnosis(summary["proton_timeline"])
+    return lines
+
+
+# --- View: scopes (the instrumentation backend) ---------------------------------------
+
+
 def scope_summary(events):
     """Per kernel and scope of an instrumentation trace: its warp events, their cycles
     (sum, median, 90th percentile) and its share of the kernel's scope cycles; and per
@@ -613,155 +997,6 @@ def scope_summary(events):
     return rows, spread
 
 
-# --- Summary ------------------------------------------------------------------------------
-
-
-def summarize(paths, artifact_dir):
-    """The JSON summary of the given capture files; the call sites with their frames (for
-    --diff and --folded); and a one-line problem or None. Files of one run's ranks (named
-    rank<R>) add up, and each rank is summed apart too."""
-    chains, totals, seen_devices = Chains(), Totals(), []
-    summary = {"proton_artifact_dir": artifact_dir}
-    problems, read, traced, scope_events, ranks = [], [], [], [], {}
-    for path in paths:
-        ms_before, launched_before = totals.launched()
-        try:
-            with acyclic():
-                data = load(path)
-            if kind(path) == "trace":
-                if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-                    raise ValueError("not a Proton trace (no traceEvents list)")
-                launched, scoped, unnamed = trace_events(data, chains, totals)
-                if unnamed:
-                    warn(f"{path}: skipped {unnamed} events with no name")
-                traced.append((path, launched))
-                scope_events += scoped
-            else:
-                roots = data if isinstance(data, list) else [data]
-                if not any(isinstance(r, dict) and "frame" in r for r in roots):
-                    raise ValueError("not a Proton tree (no frame at the top level)")
-                walk_tree(roots, chains, totals)
-                devices([r for r in roots if isinstance(r, dict) and "frame" not in r],
-                        seen_devices)  # fmt: skip
-        except ValueError as e:
-            problems.append(f"{path}: {e}")
-            continue
-        read.append(path)
-        if (rank := rank_of(path)) is not None:
-            r = ranks.setdefault(rank, {"rank": rank, "gpu_time_ms": 0.0, "kernel_count": 0,
-                                        "files": []})  # fmt: skip
-            ms, launched = totals.launched()
-            r["gpu_time_ms"] += ms - ms_before
-            if None in (r["kernel_count"], launched, launched_before):
-                r["kernel_count"] = None
-            else:
-                r["kernel_count"] += launched - launched_before
-            r["files"].append(str(path))
-    if read and len(problems) < len(paths):  # a bad file beside good ones is only skipped
-        for problem in problems:
-            warn(f"skipped {problem}")
-    if len(read) > 1:
-        say(f"combined {len(read)} captures: {', '.join(map(str, read))}")
-
-    chains.names = short_names({frame[0] for _, frame, _ in chains.links[1:]})
-    sources = Sources()
-    source_of = lambda chain: sources.line(*chains.links[chain][1][:2]) if chain else None  # noqa: E731
-    kernels, scopes = totals.kernels, totals.scopes
-    by_chain = {}
-    for (chain, name), sums in totals.sites.items():
-        by_chain.setdefault(chain, {})[name] = sums
-    sites = chains, by_chain
-    if not paths:
-        return summary, sites, "no .hatchet or .chrome_trace file found"
-    if not read:
-        return summary, sites, f"no readable capture ({problems[0]})"
-    if not (kernels or scopes or scope_events):
-        if totals.unusable:
-            return summary, sites, (
-                f"no timed kernel: {totals.unusable} kernel leaves have a time that is not a "
-                "finite number >= 0 (infinite, negative or not a number)"
-            )  # fmt: skip
-        return summary, sites, (
-            "no timed kernel in the capture: ROOT only (a pinned AMD backend in cli mode, "
-            "or an env-mode payload that never called proton.start())"
-        )  # fmt: skip
-
-    gpu_ms = sum(k[0] for k in kernels.values())
-    if not math.isfinite(gpu_ms):  # as aorta: times that add up past a float's range
-        return summary, sites, "kernel times add up to infinity"
-    if kernels:  # aorta's five keys; a capture of scopes alone has none of them
-        ranked = sorted(kernels.items(), key=lambda item: item[1][0], reverse=True)
-        if all(k[1] is not None for k in kernels.values()):
-            summary["proton_kernel_count"] = sum(k[1] for k in kernels.values())
-        summary["proton_gpu_time_ms"] = gpu_ms
-        summary["proton_top_kernel_ms"] = ranked[0][1][0]
-        summary["proton_top_kernels"] = [name for name, _ in ranked[:TOP_N]]
-    summary["proton_context"] = "python" if totals.python else "shadow"
-    summary["proton_device"] = seen_devices
-    if kernels:
-        summary["proton_kernels"] = [kernel_row(name, k, gpu_ms) for name, k in ranked]
-        summary["proton_callsites"] = sorted(
-            (
-                {
-                    "callsite": chains.text(chain),
-                    "source": source_of(chain),
-                    "ms": sum(ms for ms, _ in by_name.values()),
-                    "kernels": [
-                        {"name": name, "launches": n, "ms": ms} for name, (ms, n) in by_name.items()
-                    ],  # fmt: skip
-                }
-                for chain, by_name in by_chain.items()
-                if chain  # kernels with no user frame above them (shadow context)
-            ),
-            key=lambda site: site["ms"],
-            reverse=True,
-        )
-    if traced and kernels:  # a timeline per process: ranks' clocks are not one clock
-        summary["proton_timeline"] = []
-        for path, launched in traced:
-            rank = rank_of(path)
-            for entry in timeline(launched, chains.text, source_of):
-                summary["proton_timeline"].append(
-                    entry if rank is None else {"rank": rank, **entry}
-                )
-    if scopes:
-        summary["proton_scopes"] = scope_rows(scopes)
-    if scope_events:
-        summary["proton_scopes"], summary["proton_sm_spread"] = scope_summary(scope_events)
-    if ranks and kernels:  # scopes alone have no time to compare ranks by
-        if unranked := [p for p in read if rank_of(p) is None]:
-            warn(f"left out of proton_ranks, with no rank<N> in their names: {unranked}")
-        summary["proton_ranks"] = [ranks[r] for r in sorted(ranks)]
-        times = [r["gpu_time_ms"] for r in ranks.values()]
-        mean = sum(times) / len(times)
-        summary["proton_rank_imbalance"] = max(times) / mean if mean else None
-    return summary, sites, None
-
-
-def rank_of(path):
-    """The rank a launcher gave the process that wrote path (rank<R> in its name)."""
-    found = re.search(r"rank(\d+)", path.name)
-    return int(found[1]) if found else None
-
-
-def kernel_row(name, k, gpu_ms):
-    ms, count, moved, flops = k
-    seconds = ms / 1e3
-    row = {
-        "name": name,
-        "readable_name": readable(name),
-        "launches": count,
-        "total_ms": ms,
-        "mean_us": ms * 1e3 / count if count else None,
-        "share": ms / gpu_ms if gpu_ms else 0.0,
-    }
-    if moved:
-        row["gbyte_per_s"] = moved / seconds / 1e9 if seconds else None
-    if flops:
-        row["flop_per_s"] = flops / seconds if seconds else None
-    return row
-
-
 def scope_rows(scopes):
     """Per kernel and scope of an instrumentation tree: cycles, normalized cycles (per
     CTA and warp) and the scope's share of its kernel's scope cycles."""
@@ -776,100 +1011,34 @@ def scope_rows(scopes):
     ]  # fmt: skip
 
 
-class Sources:
-    """Source lines of the user's frames, from regular .py files of a sane size here. A
-    capture names the paths: following them to anything but Python source would let a
-    crafted capture print lines of other files. A file is read up to the line asked,
-    again from its start only when a later one is asked, and then at least twice as far:
-    lines asked in order cost reading the file about twice, not once a line."""
-
-    def __init__(self):
-        self.files = {}
-
-    def line(self, file, number):
-        if file not in self.files:
-            self.files[file] = [] if self._usable(file) else None
-        lines = self.files[file]
-        if lines is None or number < 1:
-            return None
-        if len(lines) < number:
-            self._read(file, lines, max(number, 2 * len(lines)))
-        text = lines[number - 1].strip()[:200] if number <= len(lines) else ""
-        return printable(text) or None
-
-    @staticmethod
-    def _usable(file):
-        try:
-            path = Path(file).resolve(strict=True)
-            info = path.stat()
-        except (OSError, RuntimeError):
-            return False
-        return (
-            path.suffix == ".py" and stat.S_ISREG(info.st_mode) and info.st_size <= MAX_SOURCE_BYTES
+def scopes_table(summary, top):
+    """Each kernel's scopes, and how its CTAs spread over the SMs."""
+    if not summary.get("proton_scopes"):
+        return []
+    lines = []
+    traced = "events" in summary["proton_scopes"][0]
+    lines += [
+        f"{'share':>6} {'cycles':>14} "
+        + (f"{'median':>8} {'p90':>8} {'events':>8}" if traced else f"{'normalized':>12}")
+        + "  kernel: scope (cycles inside the kernel, from the instrumentation backend)",
+    ]
+    for s in summary["proton_scopes"]:
+        detail = (f"{s['median_cycles']:8.0f} {s['p90_cycles']:8.0f} {s['events']:>8}"
+                  if traced else f"{s['normalized_cycles']:12.0f}")  # fmt: skip
+        lines.append(f"{s['share']:6.1%} {s['cycles']:14.0f} {detail}  "
+                     f"{printable(s['kernel'])}: {printable(s['scope'])}")  # fmt: skip
+    for s in summary.get("proton_sm_spread", []):
+        low, mid, high = s["ctas_per_sm"]
+        slow = s["slowest_sm_vs_median"]
+        lines.append(
+            f"{printable(s['kernel'])}: {s['launches']} launches over {s['sms']} SMs, "
+            f"{low:g} to {high:g} CTAs an SM a launch (median {mid:g}); the busiest SM's "
+            + (f"cycles {slow:.2f}x the median SM's" if slow else "cycles unknown")
         )
-
-    @staticmethod
-    def _read(file, lines, upto):
-        lines.clear()
-        try:
-            with open(file, encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    lines.append(line)
-                    if len(lines) == upto:
-                        break
-        except OSError:
-            pass
+    return lines
 
 
-def readable(name):
-    """A C++ kernel name demangled, without its return type and parameters, and with
-    nested template arguments shortened to <…> (all of them, if it is still long)."""
-    cxxfilt = _cxxfilt() if name.startswith("_Z") else None
-    if cxxfilt is None:
-        return name
-    try:
-        name = cxxfilt.demangle(name)
-    except cxxfilt.Error:
-        return name
-    if name.endswith(")"):  # drop the parameter list: the last balanced (...)
-        depth = 0
-        for i in range(len(name) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(name[i], 0)
-            if depth == 0:
-                name = name[:i]
-                break
-    name = name.removeprefix("void ")
-    short = _elide_templates(name, 2)
-    return short if len(short) <= 100 else _elide_templates(name, 1)
-
-
-@functools.cache
-def _cxxfilt():
-    """The cxxfilt module, imported at the first mangled name (its import locates the C++
-    runtime: about 17 ms of start-up), or None where it is missing: names stay mangled."""
-    try:
-        import cxxfilt
-    except ImportError:
-        return None
-    return cxxfilt
-
-
-def _elide_templates(name, keep):
-    """name with template arguments nested `keep` or more levels deep replaced by …"""
-    out, depth = [], 0
-    for ch in name:
-        if ch == ">":
-            depth -= 1
-        if depth < keep:
-            out.append(ch)
-        elif depth == keep and out[-1] != "…":
-            out.append("…")
-        if ch == "<":
-            depth += 1
-    return "".join(out).replace(" >", ">")
-
-
-# --- Comparing two captures -----------------------------------------------------------
+# --- View: diff -----------------------------------------------------------------------
 
 
 def diff(base, base_sites, summary, sites, base_name):
@@ -925,7 +1094,23 @@ def moved(old, new, names):
     )
 
 
-# --- Output -------------------------------------------------------------------------------
+def diff_table(summary, top):
+    """Per kernel, then per call site: before, now, and their ratio."""
+    if "proton_diff" not in summary:
+        return []
+    lines = []
+    d = summary["proton_diff"]
+    lines += [f"against {printable(d['base'])}: GPU time {d['gpu_time_ms'][0]:.4f} -> "
+              f"{d['gpu_time_ms'][1]:.4f} ms", f"{'base ms':>10} {'ms':>10} {'ratio':>6}  "
+              "kernel, then call site"]  # fmt: skip
+    for row in [*d["kernels"][:top], *d["callsites"][:top]]:
+        ratio = f"{row['ratio']:6.2f}" if row["ratio"] is not None else f"{'new':>6}"
+        what = readable(row["name"]) if "name" in row else row["callsite"]
+        lines.append(f"{row['base_ms']:10.4f} {row['ms']:10.4f} {ratio}  {printable(what)}")
+    return lines
+
+
+# --- Output ---------------------------------------------------------------------------
 
 
 def to_json(summary):
@@ -945,123 +1130,14 @@ def to_json(summary):
 
 def table(summary, top):
     """The kernels, call sites, ranks, timeline with its diagnosis, scopes and diff, as
-    aligned text for a terminal."""
+    aligned text for a terminal, each view's table after a blank line."""
+    views = (kernels_table, callsites_table, ranks_table, timeline_table, scopes_table,
+             diff_table)  # fmt: skip
     lines = []
-    if summary.get("proton_kernels"):
-        lines += [f"{'ms':>10} {'share':>6} {'launches':>8} {'mean us':>9} {'GB/s':>8}  kernel"]
-        for k in summary["proton_kernels"][:top]:
-            gbs = f"{k['gbyte_per_s']:8.0f}" if k.get("gbyte_per_s") else f"{'':8}"
-            mean = f"{k['mean_us']:9.2f}" if k["mean_us"] is not None else f"{'?':>9}"
-            n = k["launches"] if k["launches"] is not None else "?"
-            lines.append(f"{k['total_ms']:10.4f} {k['share']:6.1%} {n:>8} {mean} {gbs}  "
-                         f"{printable(k['readable_name'])}")  # fmt: skip
-        lines.append("(launches: each kernel's count, summed as aorta sums proton_kernel_count)")
-    if summary.get("proton_callsites"):
-        lines += ["", f"{'ms':>10} {'launches':>8}  call site > kernel"]
-        for site in summary["proton_callsites"][:top]:
-            lines.append(f"{site['ms']:10.4f} {'':8}  {labelled(site)}")
-            for k in site["kernels"]:
-                n = k["launches"] if k["launches"] is not None else "?"
-                lines.append(f"{k['ms']:10.4f} {n:>8}    > {printable(readable(k['name']))}")
-    if summary.get("proton_ranks"):
-        lines += ["", f"{'rank':>6} {'GPU ms':>10} {'launches':>8} {'vs mean':>8}  files"]
-        mean = sum(r["gpu_time_ms"] for r in summary["proton_ranks"]) / len(summary["proton_ranks"])
-        for r in summary["proton_ranks"]:
-            n = r["kernel_count"] if r["kernel_count"] is not None else "?"
-            vs = f"{r['gpu_time_ms'] / mean:8.2f}" if mean else f"{'':8}"
-            files = ", ".join(Path(f).name for f in r["files"])
-            lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}  {printable(files)}")
-        imbalance = summary["proton_rank_imbalance"]
-        if imbalance is not None:
-            lines.append(
-                f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}"
-            )
-    if "proton_timeline" in summary:
-        ranked = any("rank" in e for e in summary["proton_timeline"])
-        lines += ["", "timeline per call site (busy: the share of the site's span in which any "
-                  "kernel ran; idle: the median gap between its launches)",  # fmt: skip
-                  f"{'kernel ms':>10} {'span ms':>9} {'busy':>5} {'launches':>8} {'idle us':>8}  "
-                  + ("rank  " if ranked else "") + "call site"]  # fmt: skip
-        for e in summary["proton_timeline"][:top]:
-            idle = f"{e['median_idle_us']:8.1f}" if e["median_idle_us"] is not None else f"{'':8}"
-            rank = f"{e['rank']:>4}  " if "rank" in e else ("      " if ranked else "")
-            lines.append(
-                f"{e['kernel_ms']:10.4f} {e['span_ms']:9.4f} {e['busy']:5.0%} {e['launches']:>8} "
-                f"{idle}  {rank}{labelled(e) or '(no frame of yours)'}"
-            )
-        lines += diagnosis(summary["proton_timeline"])
-    if summary.get("proton_scopes"):
-        traced = "events" in summary["proton_scopes"][0]
-        lines += [
-            "",
-            f"{'share':>6} {'cycles':>14} "
-            + (f"{'median':>8} {'p90':>8} {'events':>8}" if traced else f"{'normalized':>12}")
-            + "  kernel: scope (cycles inside the kernel, from the instrumentation backend)",
-        ]
-        for s in summary["proton_scopes"]:
-            detail = (f"{s['median_cycles']:8.0f} {s['p90_cycles']:8.0f} {s['events']:>8}"
-                      if traced else f"{s['normalized_cycles']:12.0f}")  # fmt: skip
-            lines.append(f"{s['share']:6.1%} {s['cycles']:14.0f} {detail}  "
-                         f"{printable(s['kernel'])}: {printable(s['scope'])}")  # fmt: skip
-        for s in summary.get("proton_sm_spread", []):
-            low, mid, high = s["ctas_per_sm"]
-            slow = s["slowest_sm_vs_median"]
-            lines.append(
-                f"{printable(s['kernel'])}: {s['launches']} launches over {s['sms']} SMs, "
-                f"{low:g} to {high:g} CTAs an SM a launch (median {mid:g}); the busiest SM's "
-                + (f"cycles {slow:.2f}x the median SM's" if slow else "cycles unknown")
-            )
-    if "proton_diff" in summary:
-        d = summary["proton_diff"]
-        lines += ["", f"against {printable(d['base'])}: GPU time {d['gpu_time_ms'][0]:.4f} -> "
-                  f"{d['gpu_time_ms'][1]:.4f} ms", f"{'base ms':>10} {'ms':>10} {'ratio':>6}  "
-                  "kernel, then call site"]  # fmt: skip
-        for row in [*d["kernels"][:top], *d["callsites"][:top]]:
-            ratio = f"{row['ratio']:6.2f}" if row["ratio"] is not None else f"{'new':>6}"
-            what = readable(row["name"]) if "name" in row else row["callsite"]
-            lines.append(f"{row['base_ms']:10.4f} {row['ms']:10.4f} {ratio}  {printable(what)}")
+    for view in views:
+        if rows := view(summary, top):
+            lines += ["", *rows]
     return "\n".join(lines).lstrip("\n") + "\n"
-
-
-def labelled(site):
-    """A call site with the source line of its innermost frame, where readable here."""
-    text = f"{site['callsite']}  {site['source']}" if site.get("source") else site["callsite"]
-    return printable(text)
-
-
-def diagnosis(entries):
-    """One line for each call site that looks like a loop held back by the host: every
-    kernel of it launched 3 or more times, the GPU busy under half of the site's span, and
-    gaps between launches the size of a launch's host cost."""
-    out = []
-    for e in entries:
-        idle = e["median_idle_us"]
-        if (e["fewest_launches_of_a_kernel"] >= 3 and e["busy"] < 0.5 and idle is not None
-                and idle <= LAUNCH_GAP_US):  # fmt: skip
-            mean_us = e["kernel_ms"] * 1e3 / e["launches"]
-            out.append(
-                f"{printable(e['callsite']) or 'kernels with no frame of yours'}: the GPU was "
-                f"idle {1 - e['busy']:.0%} of the span of its {e['launches']} launches, a median "
-                f"{idle:.1f} us between launches against {mean_us:.1f} us of kernel each: the "
-                "host's launch cost bounds it, not the kernel."
-            )
-    return ["", *out] if out else []
-
-
-def folded(sites):
-    """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read:
-    ';' in a name is escaped, so that it cannot split a frame."""
-    chains, by_chain = sites
-
-    def frame(text):
-        return printable(text).replace(";", "\\x3b")
-
-    lines = []
-    for chain, by_name in by_chain.items():
-        stack = [frame(chains.frame_text(*f)) for f in chains.frames(chain)]
-        for name, (ms, _) in by_name.items():
-            lines.append(";".join([*stack, frame(readable(name))]) + f" {round(ms * 1e6)}\n")
-    return "".join(lines)
 
 
 def write_output(path, text, inputs=()):
@@ -1099,7 +1175,7 @@ def write_output(path, text, inputs=()):
         raise
 
 
-# --- Command line ---------------------------------------------------------------------------
+# --- Command line ---------------------------------------------------------------------
 
 
 class _Parser(argparse.ArgumentParser):
@@ -1208,4 +1284,6 @@ def emit(text, status):
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    status = main()
+    if status:
+        raise SystemExit(status)

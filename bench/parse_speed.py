@@ -4,11 +4,12 @@ trees of two shapes, and traces of a training loop's shape on one stream and on 
 
     python bench/parse_speed.py        (or: make bench-parse; no GPU needed)
 
-Prints a line a shape and writes the lines to bench/results/parse-speed.txt, which the
-README's table quotes.
+Prints a line a shape, writes the lines to bench/results/parse-speed.txt and rewrites
+the table in docs/summary.md from them: the two never disagree.
 """
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -148,6 +149,35 @@ def paired(a, b, repeats=9):
             statistics.median(x / y for x, y in pairs))  # fmt: skip
 
 
+RESULTS = HERE / "results" / "parse-speed.txt"
+DOC = HERE.parent / "docs" / "summary.md"
+# The table's place in the document: between these two lines.
+BEGIN, END = "<!-- parse-speed table: bench/results/parse-speed.txt -->\n", "<!-- end -->\n"
+
+
+def markdown_table(results):
+    """docs/summary.md's table, from the results file's text."""
+    rows = ["| shape | size | json.load | parse_hatchet.py | ratio |",
+            "| --- | --- | ---: | ---: | ---: |"]  # fmt: skip
+    for line in results.splitlines():
+        shape, size, unit, mib, load, parse, ratio = re.match(
+            r"parse_speed: (.*), (\d+) (nodes|events), ([\d.]+) MiB: json.load ([\d.]+) s, "
+            r"parse_hatchet.py ([\d.]+) s, ratio ([\d.]+)",
+            line,
+        ).groups()
+        rows.append(
+            f"| {shape} | {int(size):,} {unit}, {mib} MiB | {load} s | {parse} s | {ratio} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def with_table(doc, results):
+    """doc with the text between BEGIN and END replaced by the table of results."""
+    head, _, rest = doc.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    return f"{head}{BEGIN}{markdown_table(results)}{END}{tail}"
+
+
 def main():
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -175,8 +205,13 @@ def main():
                 f"parse_hatchet.py {parse:.3f} s, ratio {ratio:.2f} (median of pairs)"
             )
             print(lines[-1], flush=True)
-    write_output(HERE / "results" / "parse-speed.txt", "\n".join(lines) + "\n")
+    results = "\n".join(lines) + "\n"
+    write_output(RESULTS, results)
+    write_output(DOC, with_table(DOC.read_text(), results))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    status = main()
+    if status:
+        raise SystemExit(status)

@@ -670,9 +670,9 @@ def test_call_sites_are_keyed_by_full_path(tmp_path):
 @pytest.mark.parametrize(
     "file, mine",
     [
-        ("/home/u/venv/lib/python3.12/site-packages/mymodel/layers.py", True),  # a user package
-        ("/home/u/project/torch/model.py", True),  # a folder named torch
-        ("/home/u/project/lib/python_utils.py", True),
+        ("/workspace/venv/lib/python3.12/site-packages/mymodel/layers.py", True),  # a user package
+        ("/workspace/project/torch/model.py", True),  # a folder named torch
+        ("/workspace/project/lib/python_utils.py", True),
         ("/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", False),
         ("/usr/lib/python3/dist-packages/triton/runtime/jit.py", False),
         ("/usr/lib/python3.12/runpy.py", False),  # Python itself
@@ -805,3 +805,15 @@ def test_short_names_of_paths_that_share_long_tails():
     tail = "/x" * 5000 + "/model.py"
     names = ph.short_names([f"/a{tail}", f"/b{tail}", "/w/util.py"])
     assert names[f"/a{tail}"] == f"a{tail}" and names["/w/util.py"] == "util.py"
+
+
+def test_the_parse_speed_table_is_the_committed_results():
+    # make bench-parse writes both from one run; neither may be edited alone.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("parse_speed", ROOT / "bench" / "parse_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    doc, results = bench.DOC.read_text(), bench.RESULTS.read_text()
+    assert bench.BEGIN in doc and len(results.splitlines()) == 7
+    assert bench.with_table(doc, results) == doc
