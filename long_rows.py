@@ -1,0 +1,262 @@
+"""Rows too long for one program, for softmax.py: each row cut into tiles across programs.
+
+    python long_rows.py [softmax.py's options]     (its check on 8 x 131072 by default)
+
+A row longer than softmax.py's MAX_FUSED_COLS is a split-row reduction across programs,
+as split-K splits a matrix product's reduction: each program reduces one tile of the row
+to its max m_t and its sum of exponentials s_t, and the row's max M and sum
+S = sum_t s_t * exp(m_t - M) follow from those partials alone: the online softmax merge
+(Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018).
+
+Programs take their tile by atomic ticket, in the order they start, as in decoupled
+look-back (Merrill & Garland, "Single-pass Parallel Prefix Scan with Decoupled
+Look-back", 2016) and Stream-K (Osama et al., 2023). So a program only waits for tiles
+that programs already running hold, and neither kernel can deadlock:
+
+- softmax_long_rows_kernel, where the GPU holds a row's tiles at once: each program keeps
+  its tile in registers while the row's partials arrive, then writes it. Read once.
+- softmax_long_rows_lagged_kernel elsewhere (rows of more tiles than SMs, the
+  interpreter): each program writes the tile reduced a fixed number of tickets earlier,
+  read a second time from L2.
+"""
+
+import sys
+from typing import NamedTuple
+
+# softmax.py first: it picks Triton's interpreter where there is no GPU, before Triton loads.
+import softmax
+from softmax import launch_metadata, scope
+
+# isort: split
+import torch
+import triton
+import triton.language as tl
+
+# Run as a script, this module is also the long_rows that softmax.py imports: one copy of
+# its kernels, not two.
+sys.modules.setdefault("long_rows", sys.modules[__name__])
+
+# A tile is TILE_BYTES (8192 float32 or 16384 half columns), TILE_PER_THREAD elements a
+# thread. Rows that cannot be loaded 16 bytes at a time (aligned() is False) take a register
+# for each 16-bit element: their tiles are 8192 columns in every dtype. Swept on the H200.
+TILE_BYTES = 32768
+TILE_PER_THREAD = 64
+# Held, aligned 16-bit tiles compiled for 48 registers a thread (Triton's maxnreg, NVIDIA
+# only): 5 programs of 8 warps an SM instead of 4, so more loads in flight.
+HALF_TILE_REGS = 48
+# Lagged tiles: a program writes the tile a row plus LAG_PER_SM tickets an SM below its
+# own: late enough for that row to be reduced, soon enough to re-read it from L2.
+LAG_PER_SM = 2
+MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
+COUNTER_STRIDE = tl.constexpr(32)  # int32s: each row's arrival counter on its own 128 bytes
+LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
+AMD = tl.constexpr(softmax.HIP)  # read inside kernels, which see only constexpr globals
+
+
+@triton.jit
+def _unseen(x, ALIGNED: tl.constexpr):
+    """x, through inline assembly with side effects (is_pure=False), which Triton and
+    LLVM neither merge nor move. Each use of a 16-bit tile then converts its pairs of
+    values, as loaded, to float32 afresh; otherwise the compiler keeps the float32 values
+    of one conversion alive instead, in twice the registers. Only for tiles loaded 16
+    bytes at a time (ALIGNED), whose values come in pairs; PTX, so on AMD, x. Never run
+    in the interpreter, which has no inline assembly."""
+    if tl.constexpr(ALIGNED and x.dtype.primitive_bitwidth == 16 and not AMD):
+        bits = tl.inline_asm_elementwise(
+            "mov.b32 $0, $1;", "=r,r", [x.to(tl.int16, bitcast=True)], dtype=tl.int16,
+            is_pure=False, pack=2,
+        )  # fmt: skip
+        return bits.to(x.dtype, bitcast=True)
+    else:
+        return x
+
+
+@triton.jit(launch_metadata=launch_metadata)
+def softmax_long_rows_kernel(
+    out_ptr, in_ptr, max_ptr, sum_ptr, counter_ptr, n_rows, n_cols, in_row_stride,
+    in_col_stride, out_row_stride, n_tiles,
+    BLOCK_N: tl.constexpr, TILES: tl.constexpr, ALIGNED: tl.constexpr, SCOPES: tl.constexpr,
+):  # fmt: skip
+    # Ticket k is tile k % n_tiles of row k // n_tiles. As tickets come in start order,
+    # only the newest row can have tiles not started, and at most n_tiles - 1 programs
+    # wait at once: a GPU that holds n_tiles programs (plan: one an SM) always has room
+    # for the next, and every row completes. That assumes no other kernel fills the SMs
+    # meanwhile (another stream, MPS). The tile's start joins the row's scalar address.
+    ticket = tl.atomic_add(counter_ptr, 1)
+    row = (ticket // n_tiles).to(tl.int64)
+    start = (ticket % n_tiles) * BLOCK_N
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < n_cols - start
+    scope(SCOPES, "", "load")
+    # ALIGNED, the tile waits in its own dtype: a half tile in half the registers of its
+    # float32 values, so more programs fit an SM, with more loads in flight.
+    x = tl.load(in_ptr + row * in_row_stride + start * in_col_stride + cols * in_col_stride,
+                mask=mask, other=-float("inf"))  # fmt: skip
+    scope(SCOPES, "load", "partials")
+    m = tl.max(x.to(tl.float32), axis=0)
+    # A tile of nothing but -inf has m = -inf, and its exponentials are 0, not
+    # exp(-inf - -inf) = NaN. exp2 of a scaled difference: three instructions an element,
+    # where tl.exp takes six.
+    base = tl.where(m == -float("inf"), 0.0, m)
+    e = tl.exp2((_unseen(x, ALIGNED).to(tl.float32) - base) * LOG2E)
+    tl.store(max_ptr + ticket, m)
+    tl.store(sum_ptr + ticket, tl.sum(e, axis=0))
+    scope(SCOPES, "partials", "wait")
+    # Release publishes this tile's partials with its arrival; acquire, all the others'.
+    arrived = counter_ptr + (1 + row) * COUNTER_STRIDE
+    seen = tl.atomic_add(arrived, 1, sem="acq_rel") + 1
+    while seen < n_tiles:
+        seen = tl.atomic_add(arrived, 0, sem="acquire")
+    scope(SCOPES, "wait", "merge")
+    # The online softmax merge of the row's partials: volatile loads, after the acquire
+    # that made them visible.
+    t = tl.arange(0, TILES)
+    m_t = tl.load(max_ptr + row * n_tiles + t, mask=t < n_tiles, other=-float("inf"), volatile=True)
+    s_t = tl.load(sum_ptr + row * n_tiles + t, mask=t < n_tiles, other=0.0, volatile=True)
+    row_max = tl.max(m_t, axis=0)
+    row_sum = tl.sum(s_t * tl.exp(m_t - row_max), axis=0)
+    scope(SCOPES, "merge", "store")
+    if ALIGNED:
+        # exp(x - M) * (1 / S), converting the tile again. tl.exp here, not exp2: with it,
+        # Triton 3.6's ptxas converts and writes a few elements at a time; with exp2, it
+        # converts the whole tile first, in 16 more registers a thread (3.8's: 64 either way).
+        y = tl.exp(_unseen(x, ALIGNED).to(tl.float32) - row_max) * (1.0 / row_sum)
+    else:
+        # Loaded an element a register, the tile takes as many registers as its float32
+        # exponentials: those waited instead, and are scaled, not computed again.
+        y = e * (tl.exp(m - row_max) / row_sum)
+    out = out_ptr + row * out_row_stride + start + cols
+    tl.store(out, y.to(out_ptr.dtype.element_ty), mask=mask)
+    scope(SCOPES, "store", "")
+
+
+@triton.jit(launch_metadata=launch_metadata)
+def softmax_long_rows_lagged_kernel(
+    out_ptr, in_ptr, max_ptr, sum_ptr, counter_ptr, n_rows, n_cols, in_row_stride,
+    in_col_stride, out_row_stride, n_tiles, lag,
+    BLOCK_N: tl.constexpr, TILES: tl.constexpr, SCOPES: tl.constexpr,
+):  # fmt: skip
+    # The program that takes ticket k reduces tile k to its max and sum, then writes tile
+    # k - lag. As lag is at least a row's tiles, every tile of that row has a lower ticket
+    # than k: taken by a program already running, which reduces it before it waits itself
+    # (the merge below waits for nothing). So no launch can deadlock, on any number of
+    # SMs; and lag tiles ago, the tile is in L2.
+    ticket = tl.atomic_add(counter_ptr, 1)
+    if ticket < n_rows * n_tiles:
+        row = (ticket // n_tiles).to(tl.int64)
+        cols = (ticket % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+        scope(SCOPES, "", "load")
+        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=cols < n_cols,
+                    other=-float("inf")).to(tl.float32)  # fmt: skip
+        scope(SCOPES, "load", "partials")
+        m = tl.max(x, axis=0)  # a tile of -inf adds 0 and a NaN stays NaN, as held
+        tl.store(max_ptr + ticket, m)
+        tl.store(sum_ptr + ticket, tl.sum(tl.exp(x - tl.where(m == -float("inf"), 0.0, m)), 0))
+        # The row's last tile to arrive (acq_rel: it sees the others' partials) merges
+        # them, once a row, into the row's first slots, and arrives again (release).
+        if tl.atomic_add(counter_ptr + (1 + row) * COUNTER_STRIDE, 1, sem="acq_rel") == n_tiles - 1:
+            row_max = tl.full((), -float("inf"), tl.float32)
+            row_sum = tl.full((), 0.0, tl.float32)
+            for first in range(0, n_tiles, TILES):  # the online merge, TILES at a time
+                t = row * n_tiles + first + tl.arange(0, TILES)
+                live = first + tl.arange(0, TILES) < n_tiles
+                m_t = tl.load(max_ptr + t, mask=live, other=-float("inf"), volatile=True)
+                s_t = tl.load(sum_ptr + t, mask=live, other=0.0, volatile=True)
+                new_max = tl.maximum(row_max, tl.max(m_t, axis=0))
+                base = tl.where(new_max == -float("inf"), 0.0, new_max)  # no -inf - -inf
+                row_sum = row_sum * tl.exp(row_max - base) + tl.sum(s_t * tl.exp(m_t - base), 0)
+                row_max = new_max
+            tl.store(max_ptr + row * n_tiles, row_max)
+            tl.store(sum_ptr + row * n_tiles, row_sum)
+            tl.atomic_add(counter_ptr + (1 + row) * COUNTER_STRIDE, 1, sem="release")
+        scope(SCOPES, "partials", "")
+    done = ticket - lag
+    if done >= 0:
+        row = (done // n_tiles).to(tl.int64)
+        cols = (done % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = cols < n_cols
+        scope(SCOPES, "", "wait")
+        # Acquire: once the row is merged (n_tiles + 1 arrivals), its max and sum are seen.
+        seen = tl.atomic_add(counter_ptr + (1 + row) * COUNTER_STRIDE, 0, sem="acquire")
+        while seen <= n_tiles:
+            seen = tl.atomic_add(counter_ptr + (1 + row) * COUNTER_STRIDE, 0, sem="acquire")
+        scope(SCOPES, "wait", "store")
+        row_max = tl.load(max_ptr + row * n_tiles, volatile=True)
+        row_sum = tl.load(sum_ptr + row * n_tiles, volatile=True)
+        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask)
+        y = tl.exp(x.to(tl.float32) - row_max) * (1.0 / row_sum)
+        tl.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+        scope(SCOPES, "store", "")
+
+
+class Plan(NamedTuple):
+    """How a long-row shape launches: the kernel, tiles of block_n columns, warps and grid;
+    the tiles a row is cut into (n_tiles, padded to a power of two in tiles), the lag in
+    tickets between reducing a tile and writing it, and maxnreg (0: the compiler's choice)."""
+
+    kernel: triton.JITFunction
+    block_n: int
+    num_warps: int
+    grid: tuple
+    n_tiles: int
+    tiles: int
+    lag: int = 0
+    maxnreg: int = 0
+
+
+def aligned(x):
+    """Whether x's rows load 16 bytes at a time: a column stride of 1, a row stride and
+    length of multiples of 16 elements (what Triton specialises integers on), data on 16."""
+    rows, cols = x.stride()
+    return cols == 1 and rows % 16 == 0 and x.shape[1] % 16 == 0 and x.data_ptr() % 16 == 0
+
+
+def plan(n_rows, n_cols, itemsize, aligned_rows, n_sms, warp_size, interpret):
+    """The Plan for rows of n_cols itemsize-byte elements, aligned() or not, on n_sms SMs
+    (CUs on AMD). Rows are held where the GPU holds every tile of a row at once (one program
+    an SM always fits); the interpreter runs one program at a time, so it never holds."""
+    tile = TILE_BYTES // (itemsize if aligned_rows else 4)
+    num_warps = max(1, tile // (TILE_PER_THREAD * warp_size))
+    n_tiles = triton.cdiv(n_cols, tile)
+    tiles = triton.next_power_of_2(min(n_tiles, MERGE_TILES))
+    if not interpret and n_tiles <= min(n_sms, MERGE_TILES):
+        regs = HALF_TILE_REGS if aligned_rows and itemsize == 2 and not AMD else 0
+        grid = (n_rows * n_tiles,)
+        return Plan(softmax_long_rows_kernel, tile, num_warps, grid, n_tiles, tiles, 0, regs)
+    lag = n_tiles + LAG_PER_SM * n_sms
+    grid = (n_rows * n_tiles + lag,)
+    return Plan(softmax_long_rows_lagged_kernel, tile, num_warps, grid, n_tiles, tiles, lag)
+
+
+def launch(x, n_sms, warp_size, scopes):
+    """How softmax.py launches x: (kernel, grid, options, workspaces, fixed), the launch
+    being kernel[grid](out, x, *workspaces(x), *fixed, **options)."""
+    n_rows, n_cols = x.shape
+    p = plan(n_rows, n_cols, x.element_size(), aligned(x), n_sms, warp_size, softmax.INTERPRET)
+
+    def workspaces(x):
+        # Each tile's max and sum; the ticket counter and each row's arrivals, 128 bytes
+        # apart (faster on the H200), zeroed on every call, CUDA-graph replays included.
+        partial_max = torch.empty((n_rows, p.n_tiles), dtype=torch.float32, device=x.device)
+        counters = partial_max.new_zeros((n_rows + 1, COUNTER_STRIDE.value), dtype=torch.int32)
+        return partial_max, torch.empty_like(partial_max), counters
+
+    if p.kernel is softmax_long_rows_kernel:
+        last = (p.block_n, p.tiles, aligned(x), scopes)
+    else:
+        last = (p.lag, p.block_n, p.tiles, scopes)
+    options = {"num_warps": p.num_warps}
+    if p.maxnreg:  # only where set: Triton's AMD backend refuses the option
+        options["maxnreg"] = p.maxnreg
+    fixed = (n_rows, n_cols, *x.stride(), n_cols, p.n_tiles, *last)
+    return p.kernel, p.grid, options, workspaces, fixed
+
+
+def main():
+    return softmax.main(["--rows", "8", "--cols", "131072", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    status = main()
+    if status:
+        raise SystemExit(status)
