@@ -5,14 +5,20 @@ VENV ?= .venv
 # Installed only where PYTHON cannot import them already (a CPU machine, say).
 TORCH ?= torch==2.13.0
 TRITON ?= triton==3.9.0
+# The script run, profiled and traced, and its arguments: ARGS is split on whitespace
+# into words, each passed as it is (no globbing); for words holding spaces, run
+# ./profile.sh -- python mine.py ... instead. The defaults run the example.
+SCRIPT ?= softmax.py
 ROWS ?= 4096
 COLS ?= 1024
 ITERS ?= 20
 DTYPE ?= float32
-# Processes, one a GPU: more than 1 starts softmax.py through torch's launcher.
-NPROC ?= 1
+ARGS ?= --rows $(ROWS) --cols $(COLS) --dtype $(DTYPE) --iters $(ITERS)
 # intra-trace records every warp's scopes: its launches after the checked one.
 TRACE_ITERS ?= 1
+TRACE_ARGS ?= --rows $(ROWS) --cols $(COLS) --dtype $(DTYPE) --iters $(TRACE_ITERS)
+# Processes, one a GPU: more than 1 starts SCRIPT through torch's launcher.
+NPROC ?= 1
 RECIPE ?= recipe.yaml
 OUT ?= profiling_results
 PYTEST_ARGS ?=
@@ -21,7 +27,9 @@ GPU ?= rocm
 ROCM_BASE ?= rocm/pytorch:rocm7.14_ubuntu24.04_py3.12_pytorch_release_2.11.0
 NVIDIA_BASE ?= pytorch/pytorch:2.11.0-cuda12.8-cudnn9-devel
 BASE_IMAGE ?= $(if $(filter nvidia,$(GPU)),$(NVIDIA_BASE),$(ROCM_BASE))
-IMAGE ?= triton-softmax:$(GPU)
+# The image is named after this checkout's folder, as docker allows: a copy names its own.
+PROJECT ?= $(shell basename -- $(call q,$(CURDIR)) | tr 'A-Z' 'a-z' | tr -c 'a-z0-9_.\n-' -)
+IMAGE ?= $(PROJECT):$(GPU)
 
 # A value as one shell word, whatever it holds: single-quoted, each ' written as '\''.
 q = '$(subst ','\'',$(1))'
@@ -35,8 +43,9 @@ SHELL := bash
 
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: PYTHON VENV TORCH TRITON ROWS COLS ITERS DTYPE NPROC TRACE_ITERS RECIPE"
-	@echo "             OUT PYTEST_ARGS GPU (rocm|nvidia) ROCM_BASE NVIDIA_BASE BASE_IMAGE IMAGE"
+	@echo "  variables: SCRIPT ARGS (default ROWS COLS DTYPE ITERS) TRACE_ARGS (TRACE_ITERS) NPROC"
+	@echo "             RECIPE OUT PYTHON VENV TORCH TRITON PYTEST_ARGS"
+	@echo "             GPU (rocm|nvidia) ROCM_BASE NVIDIA_BASE BASE_IMAGE PROJECT IMAGE"
 
 setup: $(VENV)/.installed ## make .venv: the platform's torch and triton, plus requirements-dev.txt
 
@@ -56,32 +65,30 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(call q,$(PY)) -m pip install -q -r requirements-dev.txt
 	touch $(call q,$@)
 
-# softmax.py's command line, and the command that starts it: its interpreter, or torch's
+# SCRIPT and its arguments, each word quoted, started by its interpreter or by torch's
 # launcher with NPROC processes, each capture then named after its rank.
-ARGS = --rows $(call q,$(ROWS)) --cols $(call q,$(COLS)) --dtype $(call q,$(DTYPE))
+argv = $(foreach word,$(1),$(call q,$(word)))
 START = $(if $(filter 1,$(NPROC)),$(call q,$(PY)),$(call q,$(PY)) -m torch.distributed.run \
   --standalone --nproc-per-node $(call q,$(NPROC)))
+COMMAND = $(START) $(call q,$(SCRIPT)) $(call argv,$(ARGS))
 PROFILE = ./profile.sh --recipe $(call q,$(RECIPE))
 
-run: setup ## check the kernel against torch.softmax (ROWS COLS ITERS DTYPE)
-	$(call q,$(PY)) softmax.py $(ARGS) --iters $(call q,$(ITERS))
+run: setup ## run SCRIPT with ARGS (the example: its kernel checked)
+	$(call q,$(PY)) $(call q,$(SCRIPT)) $(call argv,$(ARGS))
 
-profile: setup ## run softmax.py under Proton as RECIPE says; results in OUT/profile (NPROC)
-	$(PROFILE) --output $(call q,$(OUT)/profile) -- $(START) softmax.py $(ARGS) --iters $(call q,$(ITERS))
+profile: setup ## run SCRIPT under Proton as RECIPE says; results in OUT/profile (NPROC)
+	$(PROFILE) --output $(call q,$(OUT)/profile) -- $(COMMAND)
 
 trace: setup ## the same as a trace: every launch on a timeline; results in OUT/trace
-	$(PROFILE) --output $(call q,$(OUT)/trace) --data trace -- \
-	  $(START) softmax.py $(ARGS) --iters $(call q,$(ITERS))
+	$(PROFILE) --output $(call q,$(OUT)/trace) --data trace -- $(COMMAND)
 
 intra: setup ## cycles of the scopes inside the kernel (instrumentation backend); OUT/intra
-	$(PROFILE) --output $(call q,$(OUT)/intra) --backend instrumentation -- \
-	  $(START) softmax.py $(ARGS) --iters $(call q,$(ITERS))
+	$(PROFILE) --output $(call q,$(OUT)/intra) --backend instrumentation -- $(COMMAND)
 
 # Shadow context: a Python call stack on each of the trace's events would quadruple it.
-intra-trace: setup ## every warp's scopes on a timeline, TRACE_ITERS launches; OUT/intra-trace
+intra-trace: setup ## every warp's scopes on a timeline (TRACE_ARGS); OUT/intra-trace
 	$(PROFILE) --output $(call q,$(OUT)/intra-trace) --backend instrumentation --data trace \
-	  --context shadow -- \
-	  $(START) softmax.py $(ARGS) --iters $(call q,$(TRACE_ITERS))
+	  --context shadow -- $(START) $(call q,$(SCRIPT)) $(call argv,$(TRACE_ARGS))
 
 # function_line keeps python-context names to "line@function" instead of full paths.
 view: setup ## print make profile's tree (proton-viewer -m time/ms)
@@ -96,7 +103,7 @@ $(VENV)/.bench: bench/requirements.txt
 	$(call q,$(PY)) -m pip install -q -r bench/requirements.txt
 	touch $(call q,$@)
 
-bench-report: setup ## redraw bench/results' tables, plots and README section (no GPU)
+bench-report: setup ## redraw bench/results' tables, plots and docs/performance.md (no GPU)
 	$(call q,$(PY)) bench/report.py
 
 bench-parse: setup ## parse_hatchet.py's speed on large trees and traces against json.load
@@ -138,13 +145,12 @@ ROCM_FLAGS := --device=/dev/kfd --device=/dev/dri --group-add video --ipc=host \
 NVIDIA_FLAGS := --gpus all --ipc=host
 DOCKER_RUN = docker run --rm $(if $(filter nvidia,$(GPU)),$(NVIDIA_FLAGS),$(ROCM_FLAGS)) \
   -v $(call q,$(CURDIR)):/work -w /work $(call q,$(IMAGE))
-MAKE_VARS = ROWS=$(call q,$(ROWS)) COLS=$(call q,$(COLS)) ITERS=$(call q,$(ITERS)) \
-  DTYPE=$(call q,$(DTYPE)) NPROC=$(call q,$(NPROC))
+MAKE_VARS = SCRIPT=$(call q,$(SCRIPT)) ARGS=$(call q,$(ARGS)) NPROC=$(call q,$(NPROC))
 
 docker-build: ## build IMAGE from BASE_IMAGE (GPU=nvidia for the CUDA image)
 	docker build --build-arg BASE_IMAGE=$(call q,$(BASE_IMAGE)) -t $(call q,$(IMAGE)) .
 
-docker-run: ## make run in the container
+docker-run: ## make run in the container (SCRIPT, ARGS)
 	$(DOCKER_RUN) make run $(MAKE_VARS)
 
 docker-profile: ## make profile in the container; results in ./OUT/profile, owned by you

@@ -8,6 +8,8 @@ import pytest
 from conftest import ROOT, run
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
+# The image is named after the checkout's folder, lowercased, other characters as "-".
+PROJECT = re.sub(r"[^a-z0-9_.-]", "-", ROOT.name.lower())
 
 
 def test_dockerfile_pins_a_rocm_base_and_installs_no_torch():
@@ -38,18 +40,18 @@ def test_docker_flags_for_each_gpu_kind(target):
     rocm = rocm[rocm.index("docker") :]  # docker-profile checks OUT first
     assert rocm[:3] == ["docker", "run", "--rm"] and rocm[3:10] == ROCM
     assert rocm[10:14] == ["-v", f"{ROOT}:/work", "-w", "/work"]
-    assert rocm[14] == "triton-softmax:rocm"
+    assert rocm[14] == f"{PROJECT}:rocm"
     nvidia = make_n(target, "GPU=nvidia")
     nvidia = nvidia[nvidia.index("docker") :]
     assert nvidia[3:6] == ["--gpus", "all", "--ipc=host"] and "/dev/kfd" not in " ".join(nvidia)
-    assert "triton-softmax:nvidia" in nvidia
+    assert f"{PROJECT}:nvidia" in nvidia
 
 
 def test_docker_build_picks_the_base_image():
     rocm_base = re.search(r"^ARG BASE_IMAGE=(\S+)$", DOCKERFILE, re.M)[1]
     rocm = make_n("docker-build")
     assert rocm[:4] == ["docker", "build", "--build-arg", f"BASE_IMAGE={rocm_base}"]
-    assert rocm[4:] == ["-t", "triton-softmax:rocm", "."]
+    assert rocm[4:] == ["-t", f"{PROJECT}:rocm", "."]
     nvidia = make_n("docker-build", "GPU=nvidia")
     assert nvidia[3].startswith("BASE_IMAGE=pytorch/pytorch:") and "cuda" in nvidia[3]
     custom = make_n("docker-build", "BASE_IMAGE=rocm/pytorch@sha256:abc", "IMAGE=me/x:1")
@@ -57,11 +59,11 @@ def test_docker_build_picks_the_base_image():
 
 
 def test_docker_profile_hands_results_back_and_quotes_every_value():
-    words = make_n("docker-profile", "OUT=my res", "ROWS=4; touch /tmp/x")
+    words = make_n("docker-profile", "OUT=my res", "ARGS=--n '4; touch /tmp/x'")
     script, owner, out, *args = words[words.index("-c") + 1 :]
     assert "make profile" in script and 'chown -R "$owner" -- "$out"' in script
     assert owner == "$(id -u):$(id -g)" and out == "my res"
-    assert "OUT=my res" in args and "ROWS=4; touch /tmp/x" in args
+    assert "OUT=my res" in args and "ARGS=--n '4; touch /tmp/x'" in args
 
 
 @pytest.mark.parametrize("out", ["/", "..", "/tmp/elsewhere"])
