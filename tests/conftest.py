@@ -9,7 +9,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# True when softmax.py will run on a GPU; on CPU it falls back to Triton's interpreter.
+# True when kernels will run on a GPU; on CPU scripts fall back to Triton's interpreter.
 HAS_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 
 
