@@ -3,22 +3,31 @@ per rank and, from traces, how busy the GPU was along each call site's launches;
 the instrumentation backend, the cycles of each scope inside a kernel.
 
     python parse_hatchet.py PATH [PATH ...] [-o FILE] [--table] [--folded FILE] [--top N]
-                            [--diff BASE]
+                            [--diff BASE] [--world-size N]
 
-Each PATH is a .hatchet tree or a .chrome_trace file (either may be gzipped, .gz), or a
-directory searched for them; the files found are one capture, or one per rank of a run
-(proton.rank<R>.hatchet), and add up; stderr names them when there are several. The five
-proton_* keys follow ROCm aorta's Proton collector to the letter, from the trees, so a
-capture made here and one made by `aorta sweep run` report the same numbers; one rule
-is ours: a node named ROOT is never a kernel. From traces alone, the five keys count
-their kernel events.
+Each PATH is a capture (.hatchet, .hatchet_msgpack or .chrome_trace, any gzipped, .gz; a
+periodic flush's phases as NAME.part_<N>.<format>), or a directory searched for them; the
+files found are one run, or one per rank of a run (proton.rank<R>.hatchet), and add up;
+stderr names them when there are several. The five proton_* keys follow ROCm aorta's
+Proton collector to the letter, from the trees, so a capture made here and one made by
+`aorta sweep run` report the same numbers; one rule is ours: a node named ROOT is never a
+kernel. From traces alone, the five keys count their kernel events. docs/summary.md
+describes every key.
 
 -o and --folded replace a regular file atomically, write through a symbolic link to its
-target, and write anything else (a device, a pipe) directly; never over an input.
+target, and write anything else (a device, a pipe) directly; never over an input. -o -
+is stdout.
 
-Exit status: 0 a timed kernel or a kernel's scopes found; 1 none found (the JSON still
-names proton_artifact_dir, stderr says why); 2 usage, an input or output refused, or an
-output that could not be written.
+Exit status: 0 a timed kernel or a kernel's scopes found, every capture read; 1 the
+summary is written but a capture found was not read, or a rank of --world-size has none
+(proton_unread names them), or nothing to summarise (the JSON names only
+proton_artifact_dir; stderr says why: no kernel, captures of different runs, a --diff
+base with no timed kernel); 2 usage, an input or output refused, or an output that could
+not be written; 130 interrupted.
+
+The source reads in this order: finding and reading captures, aorta's five keys, the
+summary, one section per view (kernels, call sites, timeline, ranks, scopes, diff),
+output, the command line.
 """
 
 import argparse
@@ -41,10 +50,10 @@ except ImportError:
 
 TOP_N = 5  # aorta's length of proton_top_kernels
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-SUFFIXES = (".hatchet", ".chrome_trace")
 MAX_GUNZIPPED = 2**32  # a gzipped capture may not unpack past 4 GiB
 MAX_SOURCE_BYTES = 2**22  # source lines come from .py files of up to 4 MiB
 DEEP_NESTING = 10**6  # frames of the pure-Python decoder, for trees too deep for the C one
+DEMANGLE_SECONDS, DEMANGLE_BYTES, DEMANGLED_CHARS = 1.0, 2**28, 2**16  # bounds on a name
 LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host's launch cost
 
 
@@ -72,6 +81,11 @@ def whole(value):
     return value if type(value) is int and 0 <= value < 2**53 else None
 
 
+def clock(value):
+    """A time in ns since the epoch (an int, past a float's exact range), else None."""
+    return value if type(value) is int and 0 <= value < 2**63 else None
+
+
 def printable(text):
     """text with control characters, and lone surrogates, written as escapes: a name in a
     capture must not move a terminal's cursor or forge a line of output."""
@@ -93,12 +107,23 @@ def warn(message):
 
 # --- Finding captures -----------------------------------------------------------------
 
+# A capture's file name: the run's name (proton, proton.rank3), a phase Proton's periodic
+# flushing completed (part_<N>) or none (the rest of the run), the format, maybe gzipped.
+CAPTURE_NAME = re.compile(
+    r"(?P<run>.+?)(?:\.part_(?P<phase>\d+))?\.(?P<format>hatchet|hatchet_msgpack|chrome_trace)"
+    r"(?P<gz>\.gz)?",
+    re.S,
+)
 
-def find_captures(paths):
+
+def find_captures(paths, skipped=None):
     """The capture files named or found under the given paths, each once, in sorted order.
-    A file named directly must be a regular file; one found in a directory that is not
-    (a pipe, a device) is skipped with a warning, as is a second link to one file."""
-    found = {}
+    A file named directly must be a regular file, and a folder named directly readable;
+    one found in a folder that is not (a pipe, a device, a folder it cannot list) is
+    skipped, as is a second link to one file and the gzip copy of a capture beside it.
+    What is skipped is added to skipped ({"file", "why"}, and "same_as" where it is a
+    copy of a file read), or said on stderr when skipped is None."""
+    found, skipped = {}, skipped if skipped is not None else Warned()
     for given in paths:
         if not given:
             raise Refused("an empty path names nothing")
@@ -108,34 +133,66 @@ def find_captures(paths):
         except OSError as e:  # missing, a link loop, no permission
             raise Refused(f"{given[:200]}: {(e.strerror or str(e)).lower()}") from None
         if is_dir:
-            for folder, dirs, files in os.walk(path):
+            failed = functools.partial(unlisted, given=given, skipped=skipped)
+            for folder, dirs, files in os.walk(path, onerror=failed):
                 dirs.sort()
                 for file in files:
-                    if file.endswith(SUFFIXES) or file.endswith(tuple(s + ".gz" for s in SUFFIXES)):
-                        add_capture(found, Path(folder, file), named=False)
+                    if CAPTURE_NAME.fullmatch(file):
+                        add_capture(found, Path(folder, file), False, skipped)
         else:
-            add_capture(found, path, named=True)
+            add_capture(found, path, True, skipped)
+    names = {str(p) for p in found.values()}
+    for key, path in list(found.items()):  # `gzip -k`: one capture, read once
+        if str(path).endswith(".gz") and str(path)[:-3] in names:
+            del found[key]
+            skipped.append({"file": str(path), "why": f"a gzip copy of {path.name[:-3]}, "
+                            "which is read instead", "same_as": str(path)[:-3]})  # fmt: skip
     return sorted(found.values())
 
 
-def add_capture(found, path, named):
+class Warned(list):
+    """A list of skipped files that says each on stderr as it is added."""
+
+    def append(self, entry):
+        warn(f"skipped {entry['file']}: {entry['why']}")
+
+
+def unlisted(error, given, skipped):
+    """os.walk's error: a folder named directly that cannot be listed is refused; one
+    found in it is skipped."""
+    why = (error.strerror or str(error)).lower()
+    if os.path.samefile(error.filename, given):
+        raise Refused(f"{given[:200]}: {why}")
+    skipped.append({"file": error.filename, "why": f"a folder that cannot be listed: {why}"})
+
+
+def add_capture(found, path, named, skipped):
     try:
         info = path.stat()
     except OSError as e:
-        warn(f"skipped {path}: {e.strerror}")
+        skipped.append({"file": str(path), "why": (e.strerror or str(e)).lower()})
         return
     if not stat.S_ISREG(info.st_mode):
         if named:
             raise Refused(f"{printable(str(path)[:200])}: not a regular file")
-        warn(f"skipped {path}: not a regular file")
+        skipped.append({"file": str(path), "why": "not a regular file"})
         return
     same = found.setdefault((info.st_dev, info.st_ino), path)
     if same != path:
-        warn(f"skipped {path}: the same file as {same}")
+        skipped.append({"file": str(path), "why": f"the same file as {same}",
+                        "same_as": str(same)})  # fmt: skip
+
+
+def name_parts(path):
+    """The parts of a capture's name (CAPTURE_NAME's groups); a file named directly
+    with none of Proton's suffixes is read as a .hatchet tree."""
+    found = CAPTURE_NAME.fullmatch(path.name)
+    return found.groupdict() if found else {"run": path.name, "phase": None,
+                                           "format": "hatchet", "gz": None}  # fmt: skip
 
 
 def kind(path):
-    return "trace" if path.name.removesuffix(".gz").endswith(".chrome_trace") else "tree"
+    return "trace" if name_parts(path)["format"] == "chrome_trace" else "tree"
 
 
 def rank_of(path):
@@ -147,25 +204,49 @@ def rank_of(path):
 # --- Reading a capture ----------------------------------------------------------------
 
 
-def load(path):
-    """The decoded JSON of one capture; raises ValueError with a one-line reason."""
+def read_file(path, limit=None):
+    """A regular file's bytes (a gzipped one's unpacked); raises ValueError with a
+    one-line reason."""
     try:
         # O_NONBLOCK: a file swapped for a pipe since it was found must not block.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         with open(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
                 raise ValueError("not a regular file")
+            if limit is not None and info.st_size > limit:
+                raise ValueError(f"larger than {limit} bytes")
             data = f.read()
         if path.name.endswith(".gz"):
             import gzip  # here, as the imports below: what most runs never need costs start-up
             import io
 
+            # Streamed a MiB at a time: memory grows with what the file unpacks to, up to
+            # the cap, and nothing is reserved for the cap itself.
+            out = io.BytesIO()
             with gzip.GzipFile(fileobj=io.BytesIO(data)) as z:
-                data = z.read(MAX_GUNZIPPED + 1)
-            if len(data) > MAX_GUNZIPPED:
-                raise ValueError(f"unpacks past {MAX_GUNZIPPED >> 30} GiB")
+                while chunk := z.read(2**20):
+                    if out.write(chunk) and out.tell() > MAX_GUNZIPPED:
+                        raise ValueError(f"unpacks past {MAX_GUNZIPPED >> 30} GiB")
+            data = out.getvalue()
     except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
         raise ValueError(getattr(e, "strerror", None) or str(e) or type(e).__name__) from None
+    return data
+
+
+def load(path):
+    """The decoded capture: a tree (JSON or MessagePack) or a trace (JSON, its documents
+    joined into one); raises ValueError with a one-line reason."""
+    data = read_file(path)
+    if name_parts(path)["format"] == "hatchet_msgpack":
+        if msgspec is None:
+            raise ValueError("MessagePack needs msgspec (pip install msgspec)")
+        try:
+            return msgspec.msgpack.decode(data)
+        except RecursionError:
+            raise ValueError("nested deeper than msgspec decodes") from None
+        except msgspec.DecodeError as e:
+            raise ValueError(f"not valid MessagePack: {' '.join(str(e).split())[:200]}") from None
     if msgspec:  # about a third faster than json, for what Proton writes
         try:
             return msgspec.json.decode(data)
@@ -174,13 +255,81 @@ def load(path):
         except msgspec.DecodeError:
             pass  # json's rules and messages decide: NaN, lone surrogates, 1e400 ...
     try:
-        return json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        return json.loads(text)
     except UnicodeDecodeError:
         raise ValueError("not UTF-8 text") from None
     except RecursionError:
-        return deep_loads(data.decode("utf-8"))
-    except ValueError as e:  # JSONDecodeError, and integers of more digits than Python reads
+        return deep_loads(text)
+    except json.JSONDecodeError as e:
+        if e.msg == "Extra data" and kind(path) == "trace":
+            return joined(documents(text))
         raise ValueError(f"not valid JSON: {' '.join(str(e).split())[:200]}") from None
+    except ValueError as e:  # integers of more digits than Python reads
+        raise ValueError(f"not valid JSON: {' '.join(str(e).split())[:200]}") from None
+
+
+def documents(text):
+    """The JSON documents written one after another in text (Proton writes a trace's
+    streams so when a CUDA graph was captured on a stream of its own)."""
+    decoder, at, out = json.JSONDecoder(), 0, []
+    while (at := json.decoder.WHITESPACE.match(text, at).end()) < len(text):
+        try:
+            document, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not valid JSON: {' '.join(str(e).split())[:200]}") from None
+        out.append(document)
+    return out
+
+
+def joined(docs):
+    """One trace of several documents: every document's events, on the first's clock
+    where each says where its clock starts (baseTimeNanoseconds)."""
+    if not all(isinstance(d, dict) and isinstance(d.get("traceEvents"), list) for d in docs):
+        raise ValueError("not a Proton trace (a document with no traceEvents list)")
+    base = clock(docs[0].get("baseTimeNanoseconds"))
+    events = []
+    for doc in docs:
+        shift = clock(doc.get("baseTimeNanoseconds"))
+        if base is None or shift is None or shift == base:
+            events += doc["traceEvents"]
+            continue
+        for e in doc["traceEvents"]:  # this document's clock onto the first's, in us
+            ts = e.get("ts") if isinstance(e, dict) else None
+            if type(ts) in (int, float):
+                e = {**e, "ts": ts + (shift - base) / 1e3}
+            events.append(e)
+    out = {"traceEvents": events, "documents": len(docs)}
+    if base is not None:
+        out["baseTimeNanoseconds"] = base
+    return out
+
+
+PROVENANCE_KEYS = ("triton", "torch", "device", "backend_asked", "backend_used", "mode_asked",
+                   "mode_used", "run_id")  # fmt: skip
+MAX_PROVENANCE_BYTES = 2**16
+
+
+def provenance_of(path):
+    """What made a capture, from the <run name>.provenance.json written beside it
+    (proton.rank1.provenance.json for proton.rank1.hatchet and its phases); None where
+    there is none. Read as untrusted: a JSON object of at most 64 KiB, whose known keys
+    each hold null or a string of up to 200 characters (others are ignored); anything
+    else raises ValueError."""
+    file = path.parent / f"{name_parts(path)['run']}.provenance.json"
+    if not os.path.lexists(file):
+        return None
+    try:
+        record = json.loads(read_file(file, MAX_PROVENANCE_BYTES).decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise ValueError(str(file), f"{(str(e) or 'not JSON').splitlines()[0][:100]}") from None
+    if not isinstance(record, dict):
+        raise ValueError(str(file), "not a JSON object")
+    for key in PROVENANCE_KEYS:
+        value = record.get(key)
+        if value is not None and (type(value) is not str or len(value) > 200):
+            raise ValueError(str(file), f"{key} is neither null nor a string of 200 characters")
+    return {key: record.get(key) for key in PROVENANCE_KEYS}
 
 
 @contextlib.contextmanager
@@ -202,35 +351,23 @@ def acyclic():
 
 def deep_loads(text):
     """json.loads for trees nested deeper than the C decoder recurses (Proton's python
-    context nests two levels a frame): the standard library's pure-Python decoder, in a
-    thread with a stack large enough for it."""
-    import threading
-
+    context nests two levels a frame): the standard library's pure-Python decoder. Since
+    Python 3.11 a Python call takes no C stack, so the recursion needs no thread with a
+    large stack (which an address-space limit refuses), only a higher recursion limit."""
+    if sys.version_info < (3, 11):
+        raise ValueError("nested deeper than Python 3.10 decodes (use Python 3.11 or later)")
     decoder = json.JSONDecoder()
     decoder.scan_once = json.scanner.py_make_scanner(decoder)
-    result = []
-
-    def decode():
-        try:
-            result.append(decoder.decode(text))
-        except RecursionError:
-            result.append(ValueError(f"nested deeper than {DEEP_NESTING // 4} frames"))
-        except ValueError as e:
-            result.append(ValueError(f"not valid JSON: {' '.join(str(e).split())[:200]}"))
-
-    limit, size = sys.getrecursionlimit(), threading.stack_size()
+    limit = sys.getrecursionlimit()
     sys.setrecursionlimit(DEEP_NESTING)
-    threading.stack_size(2**30)  # reserved, not used, until the recursion goes that deep
     try:
-        thread = threading.Thread(target=decode)
-        thread.start()
-        thread.join()
+        return decoder.decode(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {DEEP_NESTING // 4} frames") from None
+    except ValueError as e:
+        raise ValueError(f"not valid JSON: {' '.join(str(e).split())[:200]}") from None
     finally:
         sys.setrecursionlimit(limit)
-        threading.stack_size(size)
-    if isinstance(result[0], ValueError):
-        raise result[0]
-    return result[0]
 
 
 # --- aorta's five keys, and the walk that finds them ----------------------------------
@@ -239,17 +376,29 @@ def deep_loads(text):
 @functools.cache
 def layout(keys):
     """For a leaf's metric names, in order: the time metrics aorta would read, each with
-    its factor to ms; and the names holding bytes and flops. Cached: every leaf of a
+    its factor to ms; the names holding bytes and flops; and the CPU time metrics of
+    proton.cpu_timed_scope, with their factors. Cached: every leaf of a
     capture has the same few names."""
-    times, rates = [], []
+    times, rates, cpu = [], [], []
     for key in keys:
         head, _, tail = key.partition("(")
+        # "time (ns) (exc)": a unit of "ns) (exc", no time aorta reads
         factor = TIME_UNIT_MS.get(tail.rstrip(")").strip().lower())
-        if head.strip().lower() == "time" and factor is not None:
-            times.append((key, factor))
+        head = head.strip().lower()
+        if head in ("time", "cpu_time") and factor is not None:
+            (times if head == "time" else cpu).append((key, factor))
         if key == "bytes" or key.startswith("flops"):
             rates.append((key, 2 if key == "bytes" else 3))
-    return times, rates
+    return times, rates, cpu
+
+
+def first_usable(metrics, times):
+    """The first of times' metrics whose value is a finite number >= 0, in ms; else None."""
+    for key, factor in times:
+        ms = number(metrics[key])
+        if ms is not None and ms * factor < math.inf:
+            return ms * factor
+    return None
 
 
 class Totals:
@@ -260,24 +409,37 @@ class Totals:
         self.kernels = {}  # name -> [ms, launches or None, bytes, flops]
         self.sites = {}  # (chain id, kernel name) -> [ms, launches or None]
         self.scopes = {}  # (kernel, scope) -> [cycles, normalized cycles]
+        self.cpu = {}  # CPU-timed scope -> [CPU ms, GPU ms of the kernels inside]
         self.python = False
         self.unusable = 0
+        self.untimed = set()  # the metrics of leaves with no time metric aorta reads
 
     def add_leaf(self, name, chain, metrics):
         """A leaf of a tree: a kernel's launches when it has a usable time, as aorta reads
-        it (the first usable `time (<unit>)` metric, in ms; `count` for launches)."""
-        times, rates = layout(tuple(metrics))
-        for key, factor in times:
-            ms = number(metrics[key])
-            if ms is not None and ms * factor < math.inf:
-                break
-        else:
+        it (the first usable `time (<unit>)` metric, in ms; `count` for launches). Returns
+        its ms, or None for no kernel."""
+        times, rates, _ = layout(tuple(metrics))
+        ms = first_usable(metrics, times)
+        if ms is None:
             self.unusable += bool(times)
-            return
+            if not times:
+                self.untimed.update(k for k in metrics if k != "count")
+            return None
         count = number(metrics.get("count"))
-        k = self.add(name, chain, ms * factor, int(count) if count is not None else None)
+        k = self.add(name, chain, ms, int(count) if count is not None else None)
         for key, index in rates:
             k[index] += number(metrics[key]) or 0.0
+        return ms
+
+    def add_cpu(self, name, metrics):
+        """A node's CPU time (proton.cpu_timed_scope), if it has one: its sums, to which
+        the GPU time of the kernels inside it is added; else None."""
+        ms = first_usable(metrics, layout(tuple(metrics))[2])
+        if ms is None or name == "ROOT":  # ROOT holds a zero of every metric
+            return None
+        sums = self.cpu.setdefault(name, [0.0, 0.0])
+        sums[0] += ms
+        return sums
 
     def add(self, name, chain, ms, count):
         """ms and count launches of kernel name under chain; returns the kernel's sums."""
@@ -312,11 +474,12 @@ class Totals:
 def walk_tree(roots, chains, totals):
     """Add one tree's leaves to totals, in aorta's order (depth first, children in file
     order): each leaf with a usable time is a kernel's launches, summed by name and by
-    the chain of the user's frames above it; a node with `cycles` is a scope of the kernel
-    above it (the instrumentation backend)."""
-    stack = [(iter(roots), 0, None)]  # (children, chain, kernel above)
+    the chain of the user's frames above it (a CUDA graph's replays included, under their
+    <captured_at> frame); a node with `cycles` is a scope of the kernel above it (the
+    instrumentation backend); a node with `cpu_time` a CPU-timed scope."""
+    stack = [(iter(roots), 0, None, None)]  # (children, chain, kernel above, CPU scope)
     while stack:
-        children, chain, kernel = stack[-1]
+        children, chain, kernel, cpu = stack[-1]
         for node in children:
             if type(node) is not dict:
                 continue
@@ -330,14 +493,19 @@ def walk_tree(roots, chains, totals):
                 totals.add_scope(kernel, name, metrics)
             below = node.get("children")
             if below and type(below) is list:  # walked whatever its frame, as aorta does
+                inside = totals.add_cpu(name, metrics) or cpu
                 inner, is_python = chains.step(chain, name)
                 totals.python = totals.python or is_python
-                above = kernel if is_python or name == "ROOT" or "cycles" in metrics else name
-                stack.append((iter(below), inner, above))
+                keep = is_python or name in ("ROOT", CAPTURED_AT) or "cycles" in metrics
+                stack.append((iter(below), inner, kernel if keep else name, inside))
                 break  # down into the children; these siblings resume after them
             name = name.strip()
             if name and name != "ROOT":
-                totals.add_leaf(name, chain, metrics)
+                ms = totals.add_leaf(name, chain, metrics)
+                if ms is None:  # a leaf that is no kernel may be a CPU-timed scope
+                    totals.add_cpu(name, metrics)
+                elif cpu is not None:
+                    cpu[1] += ms
         else:
             stack.pop()
 
@@ -385,13 +553,16 @@ def devices(records, seen):
 # --- The summary ----------------------------------------------------------------------
 
 
-def summarize(paths, artifact_dir):
+def summarize(paths, artifact_dir, unread=(), world_size=None):
     """The JSON summary of the given capture files; the call sites with their frames (for
     --diff and --folded); and a one-line problem or None. Files of one run's ranks (named
-    rank<R>) add up, and each rank is summed apart too."""
+    rank<R>) and phases (part_<N>) add up, and each rank is summed apart too. unread: the
+    files find_captures found but skipped ({"file", "why"}), named in proton_unread with
+    those that cannot be read here; world_size: ranks 0 to world_size - 1 are expected."""
     chains, totals, seen_devices = Chains(), Totals(), []
     summary = {"proton_artifact_dir": artifact_dir}
-    problems, read, traced, scope_events, ranks = [], [], [], [], {}
+    unread, read, traced, scope_events, ranks = list(unread), [], [], [], {}
+    events = 0  # a trace's events of any kind, for saying what was found instead of kernels
     for path in paths:
         ms_before, launched_before = totals.launched()
         try:
@@ -403,8 +574,11 @@ def summarize(paths, artifact_dir):
                 launched, scoped, unnamed = trace_events(data, chains, totals)
                 if unnamed:
                     warn(f"{path}: skipped {unnamed} events with no name")
-                traced.append((path, launched))
+                if data.get("documents", 1) > 1:
+                    say(f"{path}: {data['documents']} JSON documents, one after another: read all")
+                traced.append((path, launched, clock(data.get("baseTimeNanoseconds"))))
                 scope_events += scoped
+                events += len(data["traceEvents"])
             else:
                 roots = data if isinstance(data, list) else [data]
                 if not any(isinstance(r, dict) and "frame" in r for r in roots):
@@ -413,7 +587,7 @@ def summarize(paths, artifact_dir):
                 devices([r for r in roots if isinstance(r, dict) and "frame" not in r],
                         seen_devices)  # fmt: skip
         except ValueError as e:
-            problems.append(f"{path}: {e}")
+            unread.append({"file": str(path), "why": str(e)})
             continue
         read.append(path)
         if (rank := rank_of(path)) is not None:
@@ -426,9 +600,28 @@ def summarize(paths, artifact_dir):
             else:
                 r["kernel_count"] += launched - launched_before
             r["files"].append(str(path))
-    if read and len(problems) < len(paths):  # a bad file beside good ones is only skipped
-        for problem in problems:
-            warn(f"skipped {problem}")
+    provenance = {}
+    for path in read:
+        try:
+            provenance[path] = provenance_of(path)
+        except ValueError as e:
+            provenance[path] = None
+            if (entry := {"file": e.args[0], "why": e.args[1]}) not in unread:
+                unread.append(entry)
+    if len(runs := {p["run_id"] for p in provenance.values() if p and p["run_id"]}) > 1:
+        return summary, (chains, {}), (
+            f"captures of {len(runs)} runs (run_id {', '.join(sorted(runs))[:200]}): a summary "
+            "never mixes runs; summarise each apart"
+        )  # fmt: skip
+    if world_size is not None and read:
+        present = set(ranks) | ({0} if world_size == 1 and not ranks else set())
+        for r in range(world_size):
+            if r not in present:
+                why = f"no capture of rank {r} was read (--world-size {world_size})"
+                unread.append({"file": None, "rank": r, "why": why})
+    if read:  # a file that cannot be read beside good ones: named, and the summary made
+        for entry in unread:
+            warn(f"skipped {entry['file']}: {entry['why']}" if entry["file"] else entry["why"])
     if len(read) > 1:
         say(f"combined {len(read)} captures: {', '.join(map(str, read))}")
 
@@ -440,28 +633,23 @@ def summarize(paths, artifact_dir):
     for (chain, name), sums in totals.sites.items():
         by_chain.setdefault(chain, {})[name] = sums
     sites = chains, by_chain
-    if not paths:
-        return summary, sites, "no .hatchet or .chrome_trace file found"
+    if not paths and not unread:
+        return summary, sites, "no capture file found (.hatchet, .hatchet_msgpack, .chrome_trace)"
     if not read:
-        return summary, sites, f"no readable capture ({problems[0]})"
+        first = unread[0]
+        return summary, sites, f"no readable capture ({first['file']}: {first['why']})"
     if not (kernels or scopes or scope_events):
-        if totals.unusable:
-            return summary, sites, (
-                f"no timed kernel: {totals.unusable} kernel leaves have a time that is not a "
-                "finite number >= 0 (infinite, negative or not a number)"
-            )  # fmt: skip
-        return summary, sites, (
-            "no timed kernel in the capture: ROOT only (a pinned AMD backend in cli mode, "
-            "or an env-mode payload that never called proton.start())"
-        )  # fmt: skip
+        return summary, sites, no_kernel(totals, events)
 
     gpu_ms = sum(k[0] for k in kernels.values())
     if not math.isfinite(gpu_ms):  # as aorta: times that add up past a float's range
         return summary, sites, "kernel times add up to infinity"
     summary.update(five_keys(kernels))  # a capture of scopes alone has none of them
-    ranked = sorted(kernels.items(), key=lambda item: item[1][0], reverse=True)
     summary["proton_context"] = "python" if totals.python else "shadow"
     summary["proton_device"] = seen_devices
+    summary["proton_provenance"] = provenance_summary(provenance)
+    summary["proton_unread"] = unread
+    ranked = sorted(kernels.items(), key=lambda item: item[1][0], reverse=True)
     if kernels:
         summary["proton_kernels"] = [kernel_row(name, k, gpu_ms) for name, k in ranked]
         summary["proton_callsites"] = sorted(
@@ -480,9 +668,19 @@ def summarize(paths, artifact_dir):
             key=lambda site: site["ms"],
             reverse=True,
         )
-    if traced and kernels:  # a timeline per process: ranks' clocks are not one clock
+    if totals.cpu:
+        rows = [
+            {"scope": name, "cpu_ms": cpu, "gpu_ms": gpu} for name, (cpu, gpu) in totals.cpu.items()
+        ]
+        summary["proton_cpu_scopes"] = sorted(rows, key=lambda row: row["cpu_ms"], reverse=True)
+    if traced and kernels:  # a timeline per process: without a shared start, ranks' clocks differ
         summary["proton_timeline"] = []
-        for path, launched in traced:
+        by_run = {}  # one process's phases are one timeline
+        for path, launched, _ in traced:
+            by_run.setdefault((path.parent, name_parts(path)["run"]), [path, []])[1].extend(
+                launched
+            )
+        for path, launched in by_run.values():
             rank = rank_of(path)
             for entry in timeline(launched, chains.text, source_of):
                 summary["proton_timeline"].append(
@@ -493,8 +691,41 @@ def summarize(paths, artifact_dir):
     if scope_events:
         summary["proton_scopes"], summary["proton_sm_spread"] = scope_summary(scope_events)
     if ranks and kernels:  # scopes alone have no time to compare ranks by
-        summary.update(rank_summary(ranks, read))
+        summary.update(rank_summary(ranks, read, traced))
     return summary, sites, None
+
+
+def no_kernel(totals, events):
+    """Why a capture that was read has no timed kernel, saying what it holds instead."""
+    if totals.unusable:
+        return (f"no timed kernel: {totals.unusable} kernel leaves have a time that is not a "
+                "finite number >= 0 (infinite, negative or not a number)")  # fmt: skip
+    if totals.untimed:
+        found = ", ".join(sorted(map(str, totals.untimed)))[:200]
+        return (f"no timed kernel: leaves carry no `time (ns|us|ms|s)` metric aorta reads "
+                f"(found: {found})")  # fmt: skip
+    if events:
+        return (f"no timed kernel: the trace's {events} events include no complete event "
+                '("ph": "X") with a name and a finite ts and dur >= 0')  # fmt: skip
+    return (
+        "no timed kernel in the capture: ROOT only (a pinned AMD backend in cli mode, "
+        "or an env-mode payload that never called proton.start())"
+    )
+
+
+def provenance_summary(provenance):
+    """proton_provenance: what made the captures (provenance_of's record), one object
+    where every capture says the same (null where none says anything), else a list of
+    each rank's own, with its rank (null: a file with no rank in its name)."""
+    records = list(provenance.values())
+    if all(r == records[0] for r in records):
+        return records[0]
+    out = []
+    for path, record in provenance.items():
+        entry = {"rank": rank_of(path), **(record or dict.fromkeys(PROVENANCE_KEYS))}
+        if entry not in out:
+            out.append(entry)
+    return sorted(out, key=lambda e: -1 if e["rank"] is None else e["rank"])
 
 
 # --- View: kernels --------------------------------------------------------------------
@@ -511,6 +742,8 @@ def kernel_row(name, k, gpu_ms):
         "mean_us": ms * 1e3 / count if count else None,
         "share": ms / gpu_ms if gpu_ms else 0.0,
     }
+    if why := not_demangled(name):
+        row["not_demangled"] = why
     if moved:
         row["gbyte_per_s"] = moved / seconds / 1e9 if seconds else None
     if flops:
@@ -520,14 +753,12 @@ def kernel_row(name, k, gpu_ms):
 
 def readable(name):
     """A C++ kernel name demangled, without its return type and parameters, and with
-    nested template arguments shortened to <…> (all of them, if it is still long)."""
-    cxxfilt = _cxxfilt() if name.startswith("_Z") else None
-    if cxxfilt is None:
+    nested template arguments shortened to <…> (all of them, if it is still long); the
+    name as it is where it cannot be demangled within bounds (not_demangled says why)."""
+    full = demangle(name)[0] if name.startswith("_Z") else None
+    if full is None:
         return name
-    try:
-        name = cxxfilt.demangle(name)
-    except cxxfilt.Error:
-        return name
+    name = full
     if name.endswith(")"):  # drop the parameter list: the last balanced (...)
         depth = 0
         for i in range(len(name) - 1, -1, -1):
@@ -538,6 +769,69 @@ def readable(name):
     name = name.removeprefix("void ")
     short = _elide_templates(name, 2)
     return short if len(short) <= 100 else _elide_templates(name, 1)
+
+
+def not_demangled(name):
+    """Why a mangled name is shown mangled (past a bound), or None."""
+    return demangle(name)[1] if name.startswith("_Z") else None
+
+
+@functools.cache
+def demangle(name):
+    """(the demangled name, None), or (None, why not) where demangling it would cost
+    more than DEMANGLE_SECONDS or DEMANGLE_BYTES of memory, or give more than
+    DEMANGLED_CHARS: a few hundred crafted bytes of nested template substitutions
+    demangle to gigabytes (a demangling bomb). The demangler is C code that cannot be
+    stopped in this process, so a child process runs it under those limits; why is
+    said once on stderr."""
+    cxxfilt = _cxxfilt()
+    if cxxfilt is None or not name.isascii():  # a mangled name is ASCII
+        return None, None
+    import resource
+    import select
+    import signal
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: demangle, write the result, and exit without cleanup
+        code = b"M"
+        try:
+            os.close(r)
+            page = os.sysconf("SC_PAGE_SIZE")
+            with open("/proc/self/statm") as f:
+                used = int(f.read().split()[0]) * page
+            hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+            soft = used + DEMANGLE_BYTES
+            resource.setrlimit(resource.RLIMIT_AS, (soft if hard < 0 else min(soft, hard), hard))
+            code = b"O" + cxxfilt.demangle(name).encode()[: DEMANGLED_CHARS + 1]
+        except cxxfilt.InvalidName:
+            code = b"E"  # no mangled name after all: shown as it is
+        except BaseException:  # out of memory, as the limit makes it
+            pass
+        finally:
+            os.write(w, code)
+            os._exit(0)
+    os.close(w)
+    try:
+        if not select.select([r], [], [], DEMANGLE_SECONDS)[0]:
+            os.kill(pid, signal.SIGKILL)
+            why = f"demangling takes over {DEMANGLE_SECONDS} s"
+        else:
+            out = b""
+            while chunk := os.read(r, 2**16):
+                out += chunk
+            code, text = out[:1], out[1:].decode("ascii", "replace")
+            why = {b"E": None, b"M": f"demangling needs over {DEMANGLE_BYTES >> 20} MiB"}.get(
+                code, f"demangles past {DEMANGLED_CHARS} characters"
+            )
+            if code == b"O" and len(text) <= DEMANGLED_CHARS:
+                return text, None
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    if why:
+        warn(f"{name[:60]}...: left mangled: {why}")
+    return None, why
 
 
 @functools.cache
@@ -601,6 +895,7 @@ def _package_roots():
 # frozen modules (lib/python3.X, but not its site-packages), and Triton's (Proton's) and
 # torch's packages, as installed on any machine and on this one. Everything else is the
 # user's, a package of theirs installed beside torch included.
+CAPTURED_AT = "<captured_at>"  # Proton 3.8+: below it, where a replayed CUDA graph was captured
 LIBRARY = re.compile(
     r"^<|/lib/python3\.\d+/(?!(site|dist)-packages/)|/(site|dist)-packages/(triton|torch)/"
 )
@@ -638,8 +933,10 @@ class Chains:
 
     def step(self, chain, name):
         """The chain with the frame named name added (the same chain for a node that is
-        not a user frame), and whether name is a python frame."""
-        frame = frame_of(name)
+        not a user frame), and whether name is a python frame. A <captured_at> node is a
+        link of its own: the frames above it replayed a CUDA graph, those below captured
+        it."""
+        frame = frame_of(name) if name != CAPTURED_AT else (CAPTURED_AT, 0, "")
         if not frame:
             return chain, frame is not None
         parent, last, repeats = self.links[chain]
@@ -659,13 +956,25 @@ class Chains:
         return out[::-1]
 
     def frame_text(self, file, line, func, repeats):
+        if file == CAPTURED_AT:
+            return "[CUDA graph captured at]"
         return f"{self.names.get(file, file)}:{line} {func}" + (
             f" (x{repeats})" if repeats > 1 else ""
         )
 
+    def join(self, frames):
+        return " > ".join(self.frame_text(*frame) for frame in frames)
+
     def text(self, chain):
-        """The chain as "file:line function > ...", outermost first."""
-        return " > ".join(self.frame_text(*frame) for frame in self.frames(chain))
+        """The chain as "file:line function > ...", outermost first; a CUDA graph's
+        kernels as launched where the graph was captured, and where it was replayed."""
+        frames = self.frames(chain)
+        cut = max((i for i, f in enumerate(frames) if f[0] == CAPTURED_AT), default=None)
+        if cut is None:
+            return self.join(frames)
+        captured = self.join(frames[cut + 1 :]) or "(no frame of yours)"
+        replayed = self.join(frames[:cut]) or "(no frame of yours)"
+        return f"{captured} [a CUDA graph captured here, replayed at {replayed}]"
 
 
 def short_names(files):
@@ -888,34 +1197,70 @@ def diagnosis(entries):
 # --- View: ranks ----------------------------------------------------------------------
 
 
-def rank_summary(ranks, read):
-    """proton_ranks, each rank's sums in rank order, and proton_rank_imbalance, the
-    busiest rank's GPU time over the mean."""
+def rank_summary(ranks, read, traced):
+    """proton_ranks, each rank's sums in rank order; proton_rank_imbalance, the busiest
+    rank's GPU time over the mean; and from traces, proton_rank_start_skew: where every
+    trace says when its clock started (baseTimeNanoseconds), each rank's first kernel
+    start and last kernel end on that one clock (ns since the epoch), and which rank's GPU
+    work starts last, by how much; null where a trace does not say (ranks' clocks are not
+    comparable)."""
     if unranked := [str(p) for p in read if rank_of(p) is None]:
         warn(f"left out of proton_ranks, with no rank<N> in their names: {', '.join(unranked)}")
     times = [r["gpu_time_ms"] for r in ranks.values()]
     mean = sum(times) / len(times)
-    return {
+    out = {
         "proton_ranks": [ranks[r] for r in sorted(ranks)],
         "proton_rank_imbalance": max(times) / mean if mean else None,
     }
+    if not traced:
+        return out
+    spans = {}  # rank -> [first start, last end], ns since the epoch
+    for path, launched, base in traced:
+        if (rank := rank_of(path)) is None or not launched:
+            continue
+        if base is None:
+            return {**out, "proton_rank_start_skew": None}
+        first = base + round(min(s for s, _, _, _ in launched) * 1e3)
+        last = base + round(max(e for _, e, _, _ in launched) * 1e3)
+        span = spans.setdefault(rank, [first, last])
+        span[:] = [min(span[0], first), max(span[1], last)]
+    for rank, (first, last) in spans.items():
+        ranks[rank].update(first_kernel_start_ns=first, last_kernel_end_ns=last)
+    starts = {rank: first for rank, (first, _) in spans.items()}
+    latest = max(starts, key=starts.get)
+    out["proton_rank_start_skew"] = {
+        "rank": latest, "ms": (starts[latest] - min(starts.values())) / 1e6,
+    }  # fmt: skip
+    return out
 
 
 def ranks_table(summary, top):
-    """Each rank's GPU time and launches, and the imbalance."""
+    """Each rank's GPU time and launches, the imbalance and, from traces that share a
+    clock, when each rank's GPU work started and ended."""
     if not summary.get("proton_ranks"):
         return []
-    lines = []
-    lines += [f"{'rank':>6} {'GPU ms':>10} {'launches':>8} {'vs mean':>8}  files"]
-    mean = sum(r["gpu_time_ms"] for r in summary["proton_ranks"]) / len(summary["proton_ranks"])
-    for r in summary["proton_ranks"]:
+    ranks, skew = summary["proton_ranks"], summary.get("proton_rank_start_skew")
+    zero = min(r["first_kernel_start_ns"] for r in ranks) if skew else None
+    clocked = f" {'first ms':>9} {'last ms':>9}" if skew else ""
+    lines = [f"{'rank':>6} {'GPU ms':>10} {'launches':>8} {'vs mean':>8}{clocked}  files"]
+    mean = sum(r["gpu_time_ms"] for r in ranks) / len(ranks)
+    for r in ranks[:top]:
         n = r["kernel_count"] if r["kernel_count"] is not None else "?"
         vs = f"{r['gpu_time_ms'] / mean:8.2f}" if mean else f"{'':8}"
+        at = (f" {(r['first_kernel_start_ns'] - zero) / 1e6:9.3f} "
+              f"{(r['last_kernel_end_ns'] - zero) / 1e6:9.3f}" if skew else "")  # fmt: skip
         files = ", ".join(Path(f).name for f in r["files"])
-        lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}  {printable(files)}")
+        lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}{at}  {printable(files)}")
     imbalance = summary["proton_rank_imbalance"]
     if imbalance is not None:
         lines.append(f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}")
+    if skew:
+        lines.append(f"start skew (first and last ms: on one clock, from the earliest start): "
+                     f"rank {skew['rank']} starts its GPU work last, {skew['ms']:.3f} ms after "
+                     "the first")  # fmt: skip
+    elif "proton_rank_start_skew" in summary:
+        lines.append("ranks' clocks are not comparable (their traces carry no "
+                     "baseTimeNanoseconds): no start skew")  # fmt: skip
     return lines
 
 
@@ -1022,7 +1367,7 @@ def scopes_table(summary, top):
         + (f"{'median':>8} {'p90':>8} {'events':>8}" if traced else f"{'normalized':>12}")
         + "  kernel: scope (cycles inside the kernel, from the instrumentation backend)",
     ]
-    for s in summary["proton_scopes"]:
+    for s in summary["proton_scopes"][:top]:
         detail = (f"{s['median_cycles']:8.0f} {s['p90_cycles']:8.0f} {s['events']:>8}"
                   if traced else f"{s['normalized_cycles']:12.0f}")  # fmt: skip
         lines.append(f"{s['share']:6.1%} {s['cycles']:14.0f} {detail}  "
@@ -1162,7 +1507,8 @@ def write_output(path, text, inputs=()):
     import tempfile
 
     target = Path(os.path.realpath(path))
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    # A short name: a target's name may take the whole 255 bytes a name may have.
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:32]}.", suffix=".tmp")
     try:
         umask = os.umask(0)
         os.umask(umask)
@@ -1194,11 +1540,13 @@ def _positive(text):
 def parser():
     p = _Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("paths", nargs="+", metavar="PATH", help="capture files, or directories")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the JSON here, not stdout")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the JSON here (-: stdout)")
     p.add_argument("--table", action="store_true", help="print tables instead of JSON")
     p.add_argument("--folded", metavar="FILE", help="also write folded stacks here")
     p.add_argument("--top", type=_positive, default=10, metavar="N", help="table rows (default 10)")
     p.add_argument("--diff", metavar="BASE", help="compare with this earlier capture or directory")
+    p.add_argument("--world-size", type=_positive, metavar="N",
+                   help="ranks 0 to N-1 are expected: a missing one exits 1")  # fmt: skip
     return p
 
 
@@ -1225,45 +1573,52 @@ def main(argv=None):
     except (Refused, OSError) as e:  # OSError: an output that cannot be written
         say(f"error: {str(e)[:300]}")
         return 2
+    except KeyboardInterrupt:  # Ctrl-C, a deep tree's decoding included
+        say("interrupted")
+        return 130
 
 
 def run(args):
-    found = find_captures(args.paths)
+    skipped = []  # found but not read: named in proton_unread
+    found = find_captures(args.paths, skipped)
     kinds = capture_kinds(found)
     inputs = {(p.stat().st_dev, p.stat().st_ino) for p in found}
+    output = None if args.output == "-" else args.output  # -o -: stdout
     if args.diff is not None:
-        base_found = find_captures([args.diff])
+        base_skipped = []
+        base_found = find_captures([args.diff], base_skipped)
         if capture_kinds(base_found) != kinds and base_found and found:
             raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds "
                           f"{''.join(capture_kinds(base_found))}s, the rest "
                           f"{''.join(kinds)}s")  # fmt: skip
         inputs |= {(p.stat().st_dev, p.stat().st_ino) for p in base_found}
-    if (
-        args.output
-        and args.folded
-        and os.path.realpath(args.output) == os.path.realpath(args.folded)
-    ):
+    if output and args.folded and os.path.realpath(output) == os.path.realpath(args.folded):
         raise Refused("-o and --folded name one file")
 
-    summary, sites, problem = summarize(found, artifact_dir(args.paths))
+    summary, sites, problem = summarize(found, artifact_dir(args.paths), skipped, args.world_size)
+    if not problem and args.diff is not None:
+        base, base_sites, problem = summarize(base_found, artifact_dir([args.diff]), base_skipped)
+        if not problem and "proton_gpu_time_ms" not in base:
+            problem = "no timed kernel to compare with (scopes only)"
+        if problem:
+            problem = f"--diff {args.diff[:200]}: {problem}"
+        else:
+            summary["proton_diff"] = diff(base, base_sites, summary, sites, args.diff)
     if problem:
-        if not found:
+        if not found and not skipped:
             problem += " (Triton 3.6 writes none when the script raises or calls sys.exit)"
         say(f"{' '.join(args.paths)[:200]}: {problem}")
-        return emit(to_json(summary), None) or 1  # the JSON to stdout, never over a good -o
-    if args.diff is not None:
-        base, base_sites, base_problem = summarize(base_found, artifact_dir([args.diff]))
-        if base_problem:
-            say(f"{args.diff[:200]}: {base_problem}")
-            return 1
-        summary["proton_diff"] = diff(base, base_sites, summary, sites, args.diff)
-    if args.output is not None:
-        write_output(args.output, to_json(summary), inputs)
+        # The JSON to stdout, never over a good -o.
+        return emit(to_json({"proton_artifact_dir": summary["proton_artifact_dir"]}), None) or 1
+    # A summary of captures not all read is written, and exits 1 for a caller to see.
+    status = 1 if any("same_as" not in u for u in summary["proton_unread"]) else 0
+    if output is not None:
+        write_output(output, to_json(summary), inputs)
     if args.folded is not None:
         write_output(args.folded, folded(sites), inputs)
     if args.table:
-        return emit(table(summary, args.top), 0)
-    return emit(to_json(summary), 0) if args.output is None else 0
+        return emit(table(summary, args.top), status)
+    return emit(to_json(summary), status) if output is None else status
 
 
 def emit(text, status):

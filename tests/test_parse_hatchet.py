@@ -234,13 +234,17 @@ def test_cli_output_table_and_folded(tmp_path):
                     }
                 )
             },
-            "ROOT only",
+            "the trace's 3 events include no complete event",
         ),
         (
             {"t.hatchet": json.dumps(tree(leaf("k", -5), leaf("j", float("inf"))))},
             "2 kernel leaves have a time that is not a finite number",
         ),
-        ({}, "no .hatchet or .chrome_trace file found"),
+        ({}, "no capture file found (.hatchet, .hatchet_msgpack, .chrome_trace)"),
+        (
+            {"t.hatchet": json.dumps(tree(leaf("k", None, 1, **{"time (cycles)": 5})))},
+            "leaves carry no `time (ns|us|ms|s)` metric aorta reads (found: time (cycles))",
+        ),  # fmt: skip
     ],
 )
 def test_cli_exit_1_when_no_kernel(tmp_path, files, message):
@@ -255,12 +259,16 @@ def test_cli_exit_1_when_no_kernel(tmp_path, files, message):
     assert good.read_text() == "earlier good result"
 
 
-def test_cli_skips_a_bad_file_beside_good_ones(tmp_path):
+def test_cli_names_a_bad_file_beside_good_ones_and_exits_1(tmp_path):
     write(tmp_path / "a.hatchet", "[{broken")
     write(tmp_path / "b.hatchet", tree(leaf("k", 1000)))
-    p = cli(tmp_path)
-    assert p.returncode == 0
-    assert json.loads(p.stdout)["proton_top_kernels"] == ["k"]
+    out = tmp_path / "s.json"
+    p = cli(tmp_path, "-o", out)
+    assert p.returncode == 1  # a caller (CI, a sweep) sees that not everything was read
+    s = json.loads(out.read_text())  # the summary is written all the same
+    assert s["proton_top_kernels"] == ["k"]
+    (unread,) = s["proton_unread"]
+    assert unread["file"] == str(tmp_path / "a.hatchet") and "not valid JSON" in unread["why"]
     assert "warning: skipped" in p.stderr and "a.hatchet" in p.stderr
 
 
@@ -570,7 +578,7 @@ def test_only_regular_files_are_read(tmp_path):
     write(tmp_path / "a.hatchet", GOOD)
     os.mkfifo(tmp_path / "b.hatchet")  # would block a reader for ever
     p = run(sys.executable, ROOT / "parse_hatchet.py", tmp_path)  # conftest's 600 s timeout
-    assert p.returncode == 0 and strict(p.stdout)["proton_kernel_count"] == 2
+    assert p.returncode == 1 and strict(p.stdout)["proton_kernel_count"] == 2
     assert "skipped" in p.stderr and "b.hatchet: not a regular file" in p.stderr
     p = cli(tmp_path / "b.hatchet")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a regular file" in p.stderr
@@ -783,7 +791,7 @@ def test_closed_standard_streams(tmp_path):
         p.returncode == 2 and "cannot write to stdout" in p.stderr and "Traceback" not in p.stderr
     )
     p = run("sh", "-c", f'"{sys.executable}" "{script}" "{tmp_path}" 2>&-')
-    assert p.returncode == 0 and strict(p.stdout)["proton_kernel_count"] == 2  # no warning in it
+    assert p.returncode == 1 and strict(p.stdout)["proton_kernel_count"] == 2  # no warning in it
 
 
 def test_stderr_lines_escape_file_names(tmp_path):
@@ -817,3 +825,266 @@ def test_the_parse_speed_table_is_the_committed_results():
     doc, results = bench.DOC.read_text(), bench.RESULTS.read_text()
     assert bench.BEGIN in doc and len(results.splitlines()) == 7
     assert bench.with_table(doc, results) == doc
+
+
+# Proton's outputs beyond one tree or one trace.
+
+
+def test_a_trace_of_several_json_documents_reads_them_all():
+    # The H200 capture of a CUDA graph replayed 50 times: one document per stream.
+    path = FIXTURES / "h200-graph-replay.chrome_trace"
+    s, problem = summary(path)
+    assert problem is None
+    assert s["proton_kernel_count"] == 53 + 2  # every document's events
+    names = {k["name"]: k["launches"] for k in s["proton_kernels"]}
+    assert names["softmax_kernel"] == 51  # as the tree of the same run counted
+    (replayed,) = [c for c in s["proton_callsites"] if "CUDA graph" in c["callsite"]]
+    assert replayed["kernels"] == [
+        {"name": "softmax_kernel", "launches": 50, "ms": pytest.approx(replayed["ms"])}
+    ]
+
+
+def test_graph_replays_are_attributed_to_the_capture_site():
+    # Hand-made in Triton 3.8's shape: replay path > <captured_at> > capture path > kernel.
+    s, problem = summary(FIXTURES / "handmade-graph-replay.hatchet")
+    assert problem is None and s["proton_kernel_count"] == 51
+    sites = {c["callsite"]: c["kernels"][0]["launches"] for c in s["proton_callsites"]}
+    assert sites == {
+        "graph.py:30 <module> > graph.py:20 main": 1,
+        "graph.py:20 main [a CUDA graph captured here, replayed at graph.py:30 <module> > "
+        "graph.py:25 main]": 50,
+    }
+    assert "a CUDA graph captured here" in ph.table(s, 5)
+
+
+def test_msgpack_gives_the_five_keys_of_the_same_tree():
+    keys = [
+        "proton_kernel_count",
+        "proton_gpu_time_ms",
+        "proton_top_kernel_ms",
+        "proton_top_kernels",
+    ]
+    json_s, _ = summary(FIXTURES / "handmade-graph-replay.hatchet")
+    msgpack_s, problem = summary(FIXTURES / "handmade-graph-replay.hatchet_msgpack")
+    assert problem is None and [msgpack_s[k] for k in keys] == [json_s[k] for k in keys]
+
+
+def test_phases_are_read_as_part_of_their_run_and_rank(tmp_path):
+    folder = FIXTURES / "handmade-phases"
+    s, _ = summary(folder)
+    assert s["proton_kernel_count"] == 3 and s["proton_gpu_time_ms"] == pytest.approx(0.006)
+    (rank,) = s["proton_ranks"]
+    assert rank["rank"] == 0 and len(rank["files"]) == 3
+    base = write(tmp_path / "base.hatchet", tree(leaf("k", 3000, 3)))
+    d = strict(cli(folder, "--diff", base).stdout)["proton_diff"]
+    assert d["kernels"] == [
+        {"name": "k", "base_ms": 0.003, "ms": pytest.approx(0.006), "ratio": pytest.approx(2.0)}
+    ]
+
+
+def test_suffixed_metrics_and_cpu_time_never_change_the_five_keys():
+    s, problem = summary(FIXTURES / "handmade-suffixed-metrics.hatchet")
+    assert problem is None
+    assert s["proton_top_kernels"] == ["k"] and s["proton_kernel_count"] == 2  # j: (exc) only
+    assert s["proton_gpu_time_ms"] == pytest.approx(0.004)
+    assert s["proton_cpu_scopes"] == [
+        {"scope": "step", "cpu_ms": 3.0, "gpu_ms": pytest.approx(0.004)}
+    ]
+
+
+def test_ranks_on_one_clock_where_traces_say_when_it_started():
+    s, _ = summary(FIXTURES / "handmade-base-time")
+    r0, r1 = s["proton_ranks"]
+    assert r0["first_kernel_start_ns"] == 1_760_000_000_000_000_000 + 100_000
+    assert r1["last_kernel_end_ns"] == 1_760_000_000_002_000_000 + 210_000
+    assert s["proton_rank_start_skew"] == {"rank": 1, "ms": 2.0}
+    assert "rank 1 starts its GPU work last, 2.000 ms after the first" in ph.table(s, 5)
+    s, _ = summary(FIXTURES / "h200-two-ranks-trace")
+    assert s["proton_rank_start_skew"] is None
+    assert "ranks' clocks are not comparable" in ph.table(s, 5)
+
+
+PROVENANCE = {"triton": "3.9.0", "torch": "2.13.0", "device": "NVIDIA H200", "backend_asked": "auto",
+              "backend_used": "cupti", "mode_asked": None, "mode_used": None, "run_id": "a1"}  # fmt: skip
+
+
+def test_provenance_beside_the_captures_is_in_the_summary(tmp_path):
+    write(tmp_path / "proton.rank0.hatchet", GOOD)
+    write(tmp_path / "proton.rank1.part_0.hatchet", GOOD)
+    write(tmp_path / "proton.rank0.provenance.json", PROVENANCE)
+    write(tmp_path / "proton.rank1.provenance.json", PROVENANCE)
+    s = strict(cli(tmp_path).stdout)
+    assert s["proton_provenance"] == PROVENANCE
+    write(tmp_path / "proton.rank1.provenance.json", {**PROVENANCE, "device": "NVIDIA H100"})
+    s = strict(cli(tmp_path).stdout)
+    assert [(p["rank"], p["device"]) for p in s["proton_provenance"]] == [
+        (0, "NVIDIA H200"),
+        (1, "NVIDIA H100"),
+    ]
+
+
+def test_captures_of_two_runs_are_refused(tmp_path):
+    write(tmp_path / "proton.rank0.hatchet", GOOD)
+    write(tmp_path / "proton.rank1.hatchet", GOOD)
+    write(tmp_path / "proton.rank0.provenance.json", PROVENANCE)
+    write(tmp_path / "proton.rank1.provenance.json", {**PROVENANCE, "run_id": "b2"})
+    p = cli(tmp_path)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "never mixes runs" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "text", ["[1]", '{"triton": 5}', '{"run_id": "' + "x" * 300 + '"}', "x" * 70000, "\xff"]
+)
+def test_a_bad_provenance_file_is_named_not_trusted(tmp_path, text):
+    write(tmp_path / "proton.hatchet", GOOD)
+    write(tmp_path / "proton.provenance.json", text)
+    p = cli(tmp_path)
+    s = strict(p.stdout)
+    assert p.returncode == 1 and s["proton_provenance"] is None and "Traceback" not in p.stderr
+    assert s["proton_unread"][0]["file"] == str(tmp_path / "proton.provenance.json")
+
+
+# Faults: nothing dropped silently, bounded memory and time.
+
+
+def test_a_missing_rank_is_named(tmp_path):
+    write(tmp_path / "proton.rank0.hatchet", GOOD)
+    p = cli(tmp_path, "--world-size", "2")
+    assert p.returncode == 1 and "no capture of rank 1" in p.stderr
+    assert strict(p.stdout)["proton_unread"] == [
+        {"file": None, "rank": 1, "why": "no capture of rank 1 was read (--world-size 2)"}]  # fmt: skip
+    assert cli(tmp_path, "--world-size", "1").returncode == 0
+
+
+def test_a_gzip_copy_beside_its_capture_is_read_once(tmp_path):
+    import gzip
+
+    capture = write(tmp_path / "proton.hatchet", GOOD)
+    (tmp_path / "proton.hatchet.gz").write_bytes(gzip.compress(capture.read_bytes()))
+    p = cli(tmp_path)
+    s = strict(p.stdout)
+    assert p.returncode == 0 and s["proton_kernel_count"] == 2
+    assert s["proton_unread"][0]["same_as"] == str(capture) and "gzip copy" in p.stderr
+
+
+def limited(megabytes):
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (megabytes << 20, megabytes << 20))
+
+
+def test_gzip_and_deep_trees_under_an_address_space_limit(tmp_path):
+    import subprocess
+
+    script = ROOT / "parse_hatchet.py"
+    p = subprocess.run([sys.executable, script, FIXTURES / "h200-intra.chrome_trace.gz"],
+                       capture_output=True, text=True, preexec_fn=limited(1024), timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    depth = 50_000
+    text = (
+        '[{"frame": {"name": "ROOT"}, "children": ['
+        + '{"frame": {"name": "/w/r.py:7@f"}, "children": [' * depth
+    )
+    text += (
+        '{"frame": {"name": "k"}, "metrics": {"count": 1, "time (ns)": 5}}' + "]}" * depth + "]}]"
+    )
+    p = subprocess.run([sys.executable, script, write(tmp_path / "deep.hatchet", text)],
+                       capture_output=True, text=True, preexec_fn=limited(1024), timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+
+
+def test_ctrl_c_while_a_deep_tree_decodes_is_one_line(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    depth = 300_000
+    text = "[" + '{"frame": {"name": "/w/r.py:7@f"}, "children": [' * depth + "]}" * depth + "]"
+    capture = write(tmp_path / "deep.hatchet", text)
+    p = subprocess.Popen([sys.executable, ROOT / "parse_hatchet.py", capture],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode in (130, 1) and "Traceback" not in err and "Fatal" not in err
+    assert err.count("\n") == 1
+
+
+def test_a_demangling_bomb_is_left_mangled():
+    parts = "".join(
+        f"S0_IS{k + 1 if k < 9 else chr(ord('A') + k - 9)}_S{k + 1 if k < 9 else chr(ord('A') + k - 9)}_E"
+        for k in range(26)
+    )
+    bomb = "_Z1fI1aIiiE" + parts + "Evv"  # nested substitutions: gigabytes demangled
+    assert ph.readable(bomb) == bomb and "demangl" in ph.not_demangled(bomb)
+
+
+def test_a_lone_surrogate_in_a_mangled_name(tmp_path):
+    p = cli(write(tmp_path / "t.hatchet", tree(leaf("_Zk\ud800", 1000))), "--table")
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+
+
+def test_unreadable_folders(tmp_path, monkeypatch, capsys):
+    write(tmp_path / "a.hatchet", GOOD)
+    (tmp_path / "locked").mkdir()
+    real = os.scandir
+
+    def scandir(path="."):
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    skipped = []
+    assert ph.find_captures([str(tmp_path)], skipped) == [tmp_path / "a.hatchet"]
+    assert skipped == [
+        {
+            "file": str(tmp_path / "locked"),
+            "why": "a folder that cannot be listed: permission denied",
+        }
+    ]
+    with pytest.raises(ph.Refused, match="locked: permission denied"):
+        ph.find_captures([str(tmp_path / "locked")])
+
+
+def test_diff_against_a_base_of_scopes_only_or_nothing(tmp_path):
+    new = write(tmp_path / "new.hatchet", GOOD)
+    scopes = write(
+        tmp_path / "base" / "s.hatchet",
+        tree(node("k", {"frame": {"name": "load"}, "metrics": {"cycles": 5}, "children": []})),
+    )
+    good = tmp_path / "s.json"
+    good.write_text("earlier")
+    for base in (scopes, tmp_path / "empty"):
+        base.mkdir(exist_ok=True) if base.name == "empty" else None
+        p = cli(new, "--diff", base, "-o", good)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and "--diff" in p.stderr
+        assert (
+            strict(p.stdout) == {"proton_artifact_dir": str(tmp_path)}
+            and good.read_text() == "earlier"
+        )
+
+
+def test_output_names_of_255_bytes_and_dash(tmp_path):
+    capture = write(tmp_path / "t.hatchet", GOOD)
+    out = tmp_path / ("s" * 250 + ".json")
+    assert (
+        cli(capture, "-o", out).returncode == 0
+        and strict(out.read_text())["proton_kernel_count"] == 2
+    )
+    p = run(sys.executable, ROOT / "parse_hatchet.py", capture, "-o", "-", cwd=tmp_path)
+    assert strict(p.stdout)["proton_kernel_count"] == 2 and not (tmp_path / "-").exists()
+
+
+def test_top_limits_every_table_and_warnings_print_paths(tmp_path):
+    for r in range(4):
+        write(tmp_path / f"proton.rank{r}.hatchet", GOOD)
+    write(tmp_path / "other.hatchet", GOOD)
+    p = cli(tmp_path, "--table", "--top", "2")
+    assert "proton.rank1.hatchet" in p.stdout and "proton.rank2.hatchet" not in p.stdout
+    assert "PosixPath" not in p.stderr and f"{tmp_path}/other.hatchet" in p.stderr
+
+
+def test_top_limits_scope_rows():
+    s, _ = summary(FIXTURES / "h200-intra.hatchet")
+    assert len(ph.scopes_table(s, 2)) == 1 + 2
