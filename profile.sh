@@ -9,8 +9,14 @@
 # a launcher that starts it once per rank (torchrun ... mine.py ARGS, srun torchrun
 # ...), each rank then writing OUT/proton.rank<R>.<ext>. --data, --backend and --context
 # override the recipe's for this run. --dry-run prints what would run, and runs nothing.
-# Exit status: the workload's own when it fails; 1 no usable capture; 2 usage, a
-# refused recipe, or no GPU visible.
+# A run holds OUT for itself (a lock on OUT/.profile.lock) and first clears what an
+# earlier run of this tool wrote there: proton.<ext>, proton.rank<R>.<ext>, their phase
+# files (NAME.part_<P>.<ext>), NAME.provenance.json and summary.json.
+# SIGTERM or SIGINT end the workload: it gets the signal, profile.sh waits for it and
+# exits 143 or 130.
+# Exit status: the workload's own when it fails; 1 no usable capture, or a capture or
+# rank not read (summary.json says which); 2 usage, a refused recipe, no GPU visible,
+# or OUT busy or not writable.
 set -euo pipefail
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -33,13 +39,18 @@ while (($#)); do
     --context) (($# >= 2)) || die 2 "--context needs shadow or python"; context=$2; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --) shift; (($#)) || die 2 "no command after --"; cmd=("$@"); break ;;
-    -h|--help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p;}' "$0"; exit 0 ;;
     *) die 2 "unknown argument: ${1:0:60} (see --help)" ;;
   esac
 done
 ((${#cmd[@]})) || die 2 "no command: give one after -- (e.g. -- python mine.py)"
 [[ -n $out ]] || die 2 "--output needs a directory, not an empty name"
 [[ ! -e $out || -d $out ]] || die 2 "--output ${out:0:200}: not a directory"
+# A builtin (exec, source, .) or a function of this script would run inside it.
+case "$(type -t -- "${cmd[0]}")" in
+  builtin | function | keyword)
+    die 2 "the command must start with a program, not the shell's ${cmd[0]:0:30}" ;;
+esac
 
 # The words before the script start it: its interpreter, or a launcher and its options.
 start=()
@@ -63,17 +74,52 @@ alone=0  # one process, started by its interpreter alone
 py=${py:-python3}
 command -v -- "$py" >/dev/null || die 2 "no interpreter ${py:0:200}"
 
+# The number of ranks, where the launcher says it on one host: torchrun's
+# --nproc-per-node, else WORLD_SIZE; parse_hatchet.py then names a rank with no capture.
+world=
+if ((!alone)); then
+  torchrun=0 nnodes=1
+  for ((i = 0; i < ${#start[@]}; i++)); do
+    word=${start[i]} next=${start[i + 1]-}
+    case "$word" in
+      torchrun | */torchrun) torchrun=1 ;;
+      -m) [[ $next != torch.distributed.run && $next != torch.distributed.launch ]] || torchrun=1 ;;
+      --nproc-per-node=* | --nproc_per_node=*) ((!torchrun)) || world=${word#*=} ;;
+      --nproc-per-node | --nproc_per_node) ((!torchrun)) || world=$next ;;
+      --nnodes=*) nnodes=${word#*=} ;;
+      --nnodes) nnodes=$next ;;
+    esac
+  done
+  [[ $nnodes == 1 || $nnodes == 1:1 ]] || world=
+  ((torchrun)) || world=${WORLD_SIZE-}
+  [[ $world =~ ^[1-9][0-9]{0,5}$ ]] || world=
+fi
+
 status=0
-options=$("$py" -I "$here/recipe.py" "$recipe" "$data" "$backend" "$context") || status=$?
+# Not -I: that would hide a PyYAML on PYTHONPATH. A script's folder, not the current one,
+# is first on sys.path, and PYTHONSAFEPATH (3.11+) drops that too.
+options=$(PYTHONSAFEPATH=1 "$py" "$here/recipe.py" "$recipe" "$data" "$backend" "$context") ||
+  status=$?
 ((status != 2)) || exit 2  # recipe.py said why
 ((status == 0)) || die 2 "$py could not read the recipe (exit $status)"
 mapfile -t o <<<"$options"  # one a line, as recipe.py's FIELDS; the empty ones last
 mode=${o[0]} backend=${o[1]} context=${o[2]} data=${o[3]} hook=${o[4]-} proton_mode=${o[5]-}
 
-out=$(realpath -m -- "$out")
+# realpath's own newline is cut, and only it: a name may end in newlines of its own.
+out=$(realpath -m -- "$out" && echo .)
+out=${out%.}
+out=${out%$'\n'}
 name=$out/proton
 ext=hatchet
 [[ $data == trace ]] && ext=chrome_trace
+
+# The GPU maker, from the driver's device nodes (NVIDIA's /dev/nvidiactl, AMD's /dev/kfd):
+# asking torch would take seconds. PROFILE_ASSUME_GPU=1|nvidia|amd stands in for one.
+vendor=
+case ${PROFILE_ASSUME_GPU:-} in
+  nvidia | amd) vendor=$PROFILE_ASSUME_GPU ;;
+  *) if [[ -e /dev/nvidiactl ]]; then vendor=nvidia; elif [[ -e /dev/kfd ]]; then vendor=amd; fi ;;
+esac
 
 # What the run changes in the environment: names to unset, then names to export.
 unsets=()
@@ -81,10 +127,10 @@ declare -A exports=()
 order=()
 setenv() { exports[$1]=$2; order+=("$1"); }
 
-# Device variables, as aorta moves them: Proton's AMD queue-intercepting backends
-# refuse HIP_ and CUDA_VISIBLE_DEVICES and honour ROCR_VISIBLE_DEVICES.
-if [[ $backend == auto || $backend == roc* ]] &&
-  [[ $backend == roc* || -n ${HIP_VISIBLE_DEVICES+x} || -n ${ROCR_VISIBLE_DEVICES+x} ]]; then
+# Device variables, as aorta moves them, where Proton's AMD queue-intercepting backends
+# will read them (a pinned one, or auto on an AMD host): they refuse HIP_ and
+# CUDA_VISIBLE_DEVICES and honour ROCR_VISIBLE_DEVICES. Elsewhere they stay as they are.
+if [[ $backend == roc* || ($backend == auto && $vendor == amd) ]]; then
   value=${HIP_VISIBLE_DEVICES-${CUDA_VISIBLE_DEVICES-}}
   for var in HIP_VISIBLE_DEVICES CUDA_VISIBLE_DEVICES; do
     [[ -z ${!var+x} ]] || unsets+=("$var")
@@ -121,6 +167,8 @@ else
   [[ -z $proton_mode ]] || setenv AORTA_PROTON_MODE "$proton_mode"
   [[ -z $hook ]] || setenv AORTA_PROTON_HOOK "$hook"
 fi
+parse=("$py" "$here/parse_hatchet.py" -o "$out/summary.json" --table)
+[[ -z $world ]] || parse+=(--world-size "$world")
 
 if ((dry_run)); then
   for var in "${unsets[@]}"; do echo "unset $var"; done
@@ -130,42 +178,122 @@ if ((dry_run)); then
   if ((!alone)); then
     line=$(printf '%q ' "${run[@]:${#start[@]}}")
     echo "# each rank runs: ${line% }"
-    echo "# and writes $(printf '%q' "$name").rank<RANK>.$ext (RANK, else SLURM_PROCID)"
+    echo "# and writes $(printf '%q' "$name").rank<R>.$ext (R from RANK, SLURM_PROCID," \
+      "OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK)"
   fi
+  line=$(printf '%q ' "${parse[@]}")
+  echo "# then: ${line% } CAPTURES..."
   exit 0
 fi
 
 # Proton needs a GPU where the command runs here (its interpreter, or torchrun); srun
-# and other launchers run it elsewhere. Asking torch would take seconds (its import
-# alone): the driver's device nodes answer at once, NVIDIA's /dev/nvidiactl, AMD's
-# /dev/kfd. A device variable set to nothing or -1 hides every GPU.
+# and other launchers run it elsewhere. A device variable set to nothing or -1 hides
+# every GPU.
 gpu_visible() {
-  local var
-  for var in CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
+  local var vars=(CUDA_VISIBLE_DEVICES)
+  [[ $vendor != amd ]] || vars+=(HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES)
+  for var in "${vars[@]}"; do
     [[ ${!var-unset} != "" && ${!var-unset} != -1 ]] || return 1
   done
-  [[ -e /dev/nvidiactl || -e /dev/kfd ]]
+  [[ -n $vendor || ${PROFILE_ASSUME_GPU:-} == 1 ]]
 }
 case "$(basename -- "${cmd[0]}")" in
   python* | torchrun)
-    gpu_visible || [[ ${PROFILE_ASSUME_GPU:-} == 1 ]] ||
-      die 2 "no GPU visible: Proton needs one (check the kernel alone with: make run)" ;;
+    gpu_visible || die 2 "no GPU visible: Proton needs one (check the kernel alone with: make run)" ;;
 esac
 
 for var in "${unsets[@]}"; do unset "$var"; done
 for var in "${order[@]}"; do export "$var=${exports[$var]}"; done
 
-# Captures left by an earlier run (of any number of ranks) must not pass for this one's.
+# OUT is this run's alone: a second run into it would summarise this one's captures, or
+# clear them while they are written. The lock lasts as long as this process and any
+# workload it leaves behind; its file stays, so that every run locks the same file.
 mkdir -p -- "$out" 2>/dev/null || die 2 "cannot make the directory ${out:0:200}"
-rm -f -- "$name.$ext" "$name".rank*."$ext" "$out/summary.json"
-status=0
-"${run[@]}" || status=$?
+{ exec {lock}>>"$out/.profile.lock"; } 2>/dev/null ||
+  die 2 "cannot write into ${out:0:200} (read-only, or not yours)"
+flock -n -E 75 "$lock" 2>/dev/null || {
+  status=$?
+  ((status != 75)) || die 2 "${out:0:200} is in use by another profile.sh run; pick another --output"
+  die 2 "cannot lock ${out:0:200} (flock exit $status)"
+}
+probe=$(mktemp -p "$out" .profile.XXXXXX 2>/dev/null) ||
+  die 2 "cannot write into ${out:0:200} (read-only, or not yours)"
+rm -f -- "$probe"
+
+# The files this tool writes into OUT: each rank's capture (proton.rank<R>, or proton
+# alone) in each format, its phases, its provenance. Others' files there are never touched.
+captures='(\.rank[0-9]+)?(\.part_[0-9]+)?\.(hatchet|hatchet_msgpack|chrome_trace)'
+provenance='(\.rank[0-9]+)?\.provenance\.json'
+shopt -s nullglob
+written() {  # $1: a regular expression for what follows "proton"; the files in $found
+  local file
+  found=()
+  for file in "$name"*; do
+    [[ ${file#"$name"} =~ ^($1)$ ]] && found+=("$file")
+  done
+  return 0
+}
+
+# What an earlier run of this tool wrote (of any number of ranks, data or phases) must not
+# pass for this run's.
+written "$captures|$provenance"
+[[ ! -e $out/summary.json && ! -L $out/summary.json ]] || found+=("$out/summary.json")
+((${#found[@]} == 0)) || rm -f -- "${found[@]}"
+
+# The workload runs as a child that signals reach (bash would otherwise hold a trap until
+# it ends), on this terminal: it may read it, and Ctrl-C reaches it from there.
+child=
+alive() {
+  local stat
+  { read -r stat <"/proc/$child/stat"; } 2>/dev/null || return 1
+  stat=${stat##*) }
+  [[ ${stat:0:1} != Z ]]
+}
+in_foreground() {  # this process's group is the one its terminal sends Ctrl-C to
+  local stat fields
+  { read -r stat <"/proc/$$/stat"; } 2>/dev/null || return 1
+  read -r -a fields <<<"${stat##*) }"
+  ((fields[5] > 0 && fields[2] == fields[5]))
+}
+stop() {  # $1 the signal, $2 the exit status it gives
+  # A second signal goes straight on to the workload.
+  trap '[[ -z $child ]] || kill -s INT "$child" 2>/dev/null || :' INT
+  trap '[[ -z $child ]] || kill -s TERM "$child" 2>/dev/null || :' TERM
+  if [[ -n $child ]]; then
+    if [[ $1 == INT ]]; then
+      # The terminal sends Ctrl-C to the workload too, and so may whoever signalled the
+      # whole group: forwarded only if it is still running a moment later (a second
+      # interrupt would cut its exit short).
+      if ! in_foreground; then
+        for _ in {1..20}; do alive || break; sleep 0.1; done
+        ! alive || kill -s INT "$child" 2>/dev/null || :
+      fi
+    else
+      kill -s "$1" "$child" 2>/dev/null || :
+    fi
+    while alive; do wait "$child" 2>/dev/null || :; done
+  fi
+  echo "profile.sh: stopped by SIG$1; the command ended, no summary written" >&2
+  exit "$2"
+}
+trap 'stop INT 130' INT
+trap 'stop TERM 143' TERM
+run_child() {  # run "$@" as the child; its exit status in $status
+  (trap - INT QUIT TERM; exec "$@") <&0 &
+  child=$!
+  status=0
+  wait "$child" || status=$?
+  child=
+}
+
+run_child "${run[@]}"
 ((status == 0)) || die "$status" "the command exited $status; no summary written"
 
-shopt -s nullglob
-captures=("$name".rank*."$ext")
-[[ ! -f $name.$ext ]] || captures=("$name.$ext" "${captures[@]}")
-((${#captures[@]})) || die 1 "no $name.$ext: the run wrote no profile (Triton 3.6 loses it when the script raises or calls sys.exit; in env mode the payload must call proton.start() and proton.finalize())"
-"$py" "$here/parse_hatchet.py" "${captures[@]}" -o "$out/summary.json" --table || status=$?
+written "$captures"
+((${#found[@]})) || die 1 "no $name.$ext: the run wrote no profile (Triton 3.6 loses it when the script raises or calls sys.exit; in env mode the payload must call proton.start() and proton.finalize())"
+run_child "${parse[@]}" "${found[@]}"
+if ((status == 1)) && [[ -e $out/summary.json ]]; then
+  die 1 "not every capture or rank was read: $out/summary.json says which"
+fi
 ((status == 0)) || die "$status" "no summary written (see the line above)"
 echo "profile.sh: wrote $out/summary.json"

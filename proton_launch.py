@@ -5,9 +5,12 @@ two things that command cannot do: one capture per rank, and an instrumentation 
                             [--mode MODE] [--env] SCRIPT.py [ARGS ...]
 
 Under a launcher that starts one process per GPU (torchrun sets RANK, Slurm's srun
-SLURM_PROCID), each process writes NAME.rank<R>.hatchet (or .chrome_trace) for its
-global rank R, so that ranks on any number of hosts never write to one file. Alone,
-it writes NAME.hatchet, as Proton's command line does.
+SLURM_PROCID, mpirun OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK), each process writes
+NAME.rank<R>.hatchet (or .chrome_trace) for its global rank R, so that ranks on any
+number of hosts never write to one file; where LOCAL_RANK is unset, it is exported from
+the launcher's local rank, so that each rank can pick its own GPU. Alone, it writes
+NAME.hatchet, as Proton's command line does. Everything after SCRIPT.py is the script's,
+a `--` included.
 
 --mode takes Proton's mode as aorta's recipes write it. For the instrumentation
 backend, "default" or "default:granularity=warp:sampling_strategy=selective:
@@ -42,7 +45,18 @@ class _Parser(argparse.ArgumentParser):
         fail(message)
 
 
+# The options that take a value: the first word that is neither one of them, nor a value,
+# nor an option is the script.
+VALUED = {"-n", "--name", "-b", "--backend", "-c", "--context", "-d", "--data", "-k", "--hook",
+          "--mode"}  # fmt: skip
+
+
 def parse(argv):
+    at = 0
+    while at < len(argv) and argv[at].startswith("-") and argv[at] != "-":
+        at += 2 if argv[at] in VALUED else 1
+    # argparse would drop a `--` right after the script; the script's words are kept as given.
+    argv, script_args = argv[: at + 1], argv[at + 1 :]
     parser = _Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--name", default="proton", help="output path without extension")
     parser.add_argument("-b", "--backend", help="Proton's backend (default: Proton picks)")
@@ -52,8 +66,8 @@ def parse(argv):
     parser.add_argument("--mode", help="instrumentation mode, e.g. default:granularity=warp")
     parser.add_argument("--env", action="store_true", help="export the name; start nothing")
     parser.add_argument("script", metavar="SCRIPT.py")
-    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
     args = parser.parse_args(argv)
+    args.args = script_args
     if not args.script.endswith(".py"):
         fail(f"expected a .py script, got {args.script[:60]!r}")
     if not os.path.isfile(args.script):
@@ -61,15 +75,48 @@ def parse(argv):
     return args
 
 
-def rank_name(name, environ=os.environ):
-    """name with .rank<R> for the global rank a launcher exported, else name."""
-    for var in ("RANK", "SLURM_PROCID"):
+def _whole(environ, var):
+    value = environ[var]
+    if not (value.isascii() and value.isdigit() and len(value) <= 9):
+        fail(f"{var} must be a whole number >= 0, got {value[:30]!r}")
+    return int(value)
+
+
+def global_rank(environ=os.environ, pid=None, ppid=None):
+    """The rank the launcher that started this process gave it, or None alone.
+
+    A RANK left exported in a shell reaches every task srun starts, so srun's own
+    SLURM_PROCID wins where srun started this process (SLURM_TASK_PID is this process or
+    the shell that runs it); torchrun's RANK (it sets TORCHELASTIC_RUN_ID beside it) and
+    an MPI launcher's rank are each process's own. Else RANK, else SLURM_PROCID."""
+    pid = os.getpid() if pid is None else pid
+    ppid = os.getppid() if ppid is None else ppid
+    srun_task = environ.get("SLURM_TASK_PID") in (str(pid), str(ppid))
+    order = ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID"]
+    if "TORCHELASTIC_RUN_ID" in environ:
+        order.insert(0, "RANK")
+    elif srun_task:
+        order.insert(order.index("RANK"), "SLURM_PROCID")
+    for var in order:
         if var in environ:
-            value = environ[var]
-            if not (value.isascii() and value.isdigit() and len(value) <= 9):
-                fail(f"{var} must be a whole number >= 0, got {value[:30]!r}")
-            return f"{name}.rank{int(value)}"
-    return name
+            return _whole(environ, var)
+    return None
+
+
+def rank_name(name, environ=os.environ, pid=None, ppid=None):
+    """name with .rank<R> for the global rank a launcher gave this process, else name."""
+    rank = global_rank(environ, pid, ppid)
+    return name if rank is None else f"{name}.rank{rank}"
+
+
+def export_local_rank(environ=os.environ):
+    """Export LOCAL_RANK, where it is unset, from an MPI launcher's or srun's local rank."""
+    if "LOCAL_RANK" in environ:
+        return
+    for var in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
+        if var in environ:
+            environ["LOCAL_RANK"] = str(_whole(environ, var))
+            return
 
 
 def typed_mode(spec):
@@ -125,6 +172,7 @@ def run_script(script, args):
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
     name = rank_name(args.name)
+    export_local_rank()
     if args.env:
         os.environ["AORTA_PROTON_NAME"] = name
         return run_script(args.script, args.args)

@@ -5,7 +5,11 @@ that writes a given capture."""
 import json
 import os
 import shlex
+import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -42,9 +46,18 @@ def recipe(tmp_path, **proton):
 
 
 def dry_run(*args, **kw):
+    """The lines of the command a dry run prints (not the summariser's, which it adds)."""
     p = profile("--dry-run", *args, **kw)
     assert p.returncode == 0, p.stderr
-    return p.stdout.splitlines()
+    return [line for line in p.stdout.splitlines() if not line.startswith("# then: ")]
+
+
+def summariser(*args, **kw):
+    """The summariser's command line a dry run prints, as words."""
+    p = profile("--dry-run", *args, **kw)
+    assert p.returncode == 0, p.stderr
+    (line,) = [line for line in p.stdout.splitlines() if line.startswith("# then: ")]
+    return shlex.split(line.removeprefix("# then: "))
 
 
 def test_shipped_recipe_is_the_aorta_recipe():
@@ -244,8 +257,7 @@ def test_dry_run_of_a_two_host_torchrun_job(tmp_path):
               "tree", "mine.py", "--rows", "8192"]  # fmt: skip
     assert shlex.split(lines[0]) == [*job[:9], *launch]
     assert shlex.split(lines[1].removeprefix("# each rank runs: ")) == launch
-    assert lines[2] == (f"# and writes {tmp_path}/shared/proton.rank<RANK>.hatchet "
-                        "(RANK, else SLURM_PROCID)")  # fmt: skip
+    assert lines[2].startswith(f"# and writes {tmp_path}/shared/proton.rank<R>.hatchet (R from")
     srun = dry_run("--output", tmp_path, "--", "srun", "-N", "2", "torchrun", "mine.py")
     assert shlex.split(srun[0])[:4] == ["srun", "-N", "2", "torchrun"]
     env = dry_run("--recipe", recipe(tmp_path, mode="env"), "--", *job)  # each rank's name
@@ -273,14 +285,29 @@ def test_dry_run_of_a_two_host_torchrun_job(tmp_path):
             {"ROCR_VISIBLE_DEVICES": "4", "CUDA_VISIBLE_DEVICES": "0"},
             ["unset CUDA_VISIBLE_DEVICES"],
         ),
-        ({"CUDA_VISIBLE_DEVICES": "0"}, []),  # NVIDIA: left alone
+        (
+            {"CUDA_VISIBLE_DEVICES": "0"},
+            ["unset CUDA_VISIBLE_DEVICES", "export ROCR_VISIBLE_DEVICES=0"],
+        ),
     ],
 )
 def test_device_variables_move_to_rocr_on_amd(env, expected):
-    p = profile("--dry-run", *MINE, env=env)
+    p = profile("--dry-run", *MINE, env={**env, "PROFILE_ASSUME_GPU": "amd"})
     assert p.returncode == 0
-    assert p.stdout.splitlines()[:-1] == expected
+    assert p.stdout.splitlines()[:-2] == expected
     assert ("warning" in p.stderr) == bool(expected)
+
+
+@pytest.mark.parametrize("host", ["nvidia", "1"])
+@pytest.mark.parametrize(
+    "env",
+    [{"ROCR_VISIBLE_DEVICES": "4"}, {"HIP_VISIBLE_DEVICES": "1"}, {"ROCR_VISIBLE_DEVICES": "0"}],
+)
+def test_the_gpu_selection_stays_where_no_amd_backend_reads_it(env, host):
+    # A cluster's environment may set AMD's variables on an NVIDIA host too.
+    env = {**env, "CUDA_VISIBLE_DEVICES": "2", "PROFILE_ASSUME_GPU": host}
+    p = profile("--dry-run", *MINE, env=env)
+    assert p.returncode == 0 and "unset" not in p.stdout and "warning" not in p.stderr
 
 
 def test_an_amd_backend_alone_establishes_amd(tmp_path):
@@ -326,7 +353,7 @@ def test_a_python_without_pyyaml_is_a_usage_error(tmp_path):
 
 def test_cdpath_does_not_change_where_profile_sh_looks(tmp_path):
     p = profile("--dry-run", *MINE, env={"CDPATH": str(tmp_path)})
-    assert p.returncode == 0 and p.stdout.count("\n") == 1
+    assert p.returncode == 0 and p.stdout.count("\n") == 2
 
 
 def test_no_gpu_is_refused_at_once(tmp_path):
@@ -338,24 +365,36 @@ def test_no_gpu_is_refused_at_once(tmp_path):
 # After the run, with a fake env-mode payload standing in for Proton.
 
 FAKE = """
-import os, shutil, sys
-if sys.argv[1] == "fail":
+import os, shutil, sys, time
+what = sys.argv[1]
+if what == "fail":
     raise SystemExit(7)
-if sys.argv[1] != "none":
+if what == "wait":  # stands for a long run: says it started, then writes late
+    open(sys.argv[2], "w").write(str(os.getpid()))
+    time.sleep(float(sys.argv[3]))
+if what == "read":  # reads the terminal (stdin)
+    print("read:", sys.stdin.readline().strip())
+if what != "none":
     ext = ".chrome_trace" if os.environ["AORTA_PROTON_DATA"] == "trace" else ".hatchet"
     for capture in sys.argv[1:]:
-        rank = os.path.basename(capture).partition(".rank")[2].partition(".")[0]
-        name = os.environ["AORTA_PROTON_NAME"] + (f".rank{rank}" if rank else "")
-        shutil.copy(capture, name + ext)
+        if os.path.isfile(capture):
+            rank = os.path.basename(capture).partition(".rank")[2].partition(".")[0]
+            name = os.environ["AORTA_PROTON_NAME"] + (f".rank{rank}" if rank else "")
+            shutil.copy(capture, name + ext)
 """
+TREE = FIXTURES / "amd-gfx950-vecadd-shadow.hatchet"
 
 
-def fake_run(tmp_path, *captures, options=()):
+def fake_args(tmp_path, *captures, options=(), out=None):
     payload = tmp_path / "payload.py"
     payload.write_text(FAKE)
-    out = tmp_path / "out"
+    out = tmp_path / "out" if out is None else out
     r = recipe(tmp_path, mode="env")
-    args = ["--recipe", r, "--output", out, *options, "--", PY, payload, *captures]
+    return ["--recipe", r, "--output", out, *options, "--", PY, payload, *captures], out
+
+
+def fake_run(tmp_path, *captures, options=(), out=None):
+    args, out = fake_args(tmp_path, *captures, options=options, out=out)
     return profile(*args, env={"PROFILE_ASSUME_GPU": "1"}), out
 
 
@@ -380,19 +419,24 @@ def test_data_trace_without_editing_the_recipe(tmp_path):
     assert "the host's launch cost bounds it" in p.stdout
 
 
-def test_only_this_run_s_captures_are_summarised(tmp_path):
-    # An earlier run of more ranks, and a tree beside a trace run: neither is counted.
+def test_only_this_tool_s_files_are_cleared_and_only_this_run_s_summarised(tmp_path):
+    # An earlier run of more ranks, of phases, of the other data kind: cleared, not
+    # counted. Files of the same stem that this tool never writes: left alone.
     out = tmp_path / "out"
     out.mkdir()
-    for stale in ("proton.rank7.chrome_trace", "proton.chrome_trace"):
-        (out / stale).write_text('{"traceEvents": []}')
-    tree = FIXTURES / "amd-gfx950-vecadd-shadow.hatchet"
-    (out / "proton.hatchet").write_bytes(tree.read_bytes())
-    p, _ = fake_run(tmp_path, TRACE,
-                    options=["--data", "trace"])  # fmt: skip
+    stale = ["proton.rank7.chrome_trace", "proton.chrome_trace", "proton.hatchet",
+             "proton.part_0.hatchet", "proton.rank1.part_2.chrome_trace",
+             "proton.hatchet_msgpack", "proton.provenance.json", "proton.rank7.provenance.json",
+             "summary.json"]  # fmt: skip
+    theirs = ["proton.rank0.baseline.hatchet", "proton.rankings.hatchet", "proton.txt",
+              "proton.rank1.hatchet.bak", "notes.json"]  # fmt: skip
+    tree = (FIXTURES / "amd-gfx950-vecadd-shadow.hatchet").read_bytes()
+    for file in stale + theirs:
+        (out / file).write_bytes(tree)
+    p, _ = fake_run(tmp_path, TRACE, options=["--data", "trace"])
     assert p.returncode == 0, p.stderr
-    assert not (out / "proton.rank7.chrome_trace").exists()
-    assert (out / "proton.hatchet").exists()  # another kind: left alone, and not summarised
+    assert not [file for file in stale[:-1] if (out / file).exists()]
+    assert all((out / file).read_bytes() == tree for file in theirs)
     summary = json.loads((out / "summary.json").read_text())
     assert "add_kernel" not in summary["proton_top_kernels"]
 
@@ -594,3 +638,204 @@ def test_the_launcher_refuses_a_bad_rank_or_a_missing_script(tmp_path):
     for rank in ("9" * 5000, "\u0661", "-1"):  # too long, an Arabic-Indic digit, negative
         p = run(PY, LAUNCH, "--env", "-n", tmp_path / "x", script, env={"RANK": rank})
         assert p.returncode == 2 and "RANK must be a whole number" in p.stderr
+
+
+# A run and its output folder, its signals, its command and its ranks.
+
+
+def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
+    started, out = tmp_path / "started", tmp_path / "out"
+    args, _ = fake_args(tmp_path, "wait", started, "3", TREE)
+    first = popen(args)
+    try:
+        wait_for(started)
+        p, _ = fake_run(tmp_path, TREE)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1
+        assert "is in use by another profile.sh run" in p.stderr
+        assert first.wait(timeout=60) == 0  # its capture was neither cleared nor mixed
+        assert json.loads((out / "summary.json").read_text())["proton_kernel_count"] == 12
+    finally:
+        first.kill()
+    p, _ = fake_run(tmp_path, TREE)  # the lock went with the first run
+    assert p.returncode == 0, p.stderr
+
+
+def popen(args, **kw):
+    env = {**os.environ, "PROFILE_ASSUME_GPU": "1"}
+    return subprocess.Popen([str(PROFILE), *map(str, args)], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # fmt: skip
+
+
+def wait_for(path, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "sig, group, status",
+    [(signal.SIGTERM, False, 143), (signal.SIGINT, True, 130), (signal.SIGTERM, True, 143)],
+    ids=["TERM-to-profile.sh", "INT-to-the-group", "TERM-to-the-group"],
+)
+def test_a_signal_ends_the_workload_and_profile_sh_waits_for_it(tmp_path, sig, group, status):
+    started, out = tmp_path / "started", tmp_path / "out"
+    out.mkdir()
+    (out / "theirs.txt").write_text("kept")
+    args, _ = fake_args(tmp_path, "wait", started, "3", TREE)
+    p = popen(args, start_new_session=True)  # a group of its own, as make's under a terminal
+    try:
+        wait_for(started)
+        workload = int(started.read_text())
+        if group:
+            os.killpg(p.pid, sig)
+        else:
+            p.send_signal(sig)
+        assert p.wait(timeout=30) == status
+        assert gone(workload)  # ended, and waited for
+        assert "stopped by SIG" in p.stderr.read()
+        time.sleep(3.5)  # as long as the workload would have run: it writes nothing now
+        assert sorted(f.name for f in out.iterdir()) == [".profile.lock", "theirs.txt"]
+    finally:
+        p.kill()
+
+
+def test_the_workload_can_read_the_terminal(tmp_path):
+    args, _ = fake_args(tmp_path, "read", TREE)
+    p = popen(args, stdin=subprocess.PIPE)
+    stdout, stderr = p.communicate("typed\n", timeout=60)
+    assert p.returncode == 0 and "read: typed" in stdout, stderr
+
+
+@pytest.mark.parametrize("builtin", ["exec", "source", ".", "eval", "die"])
+def test_a_shell_builtin_as_the_command_is_refused(builtin):
+    p = profile("--dry-run", "--", builtin, "python", "mine.py")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert "must start with a program, not the shell's" in p.stderr
+
+
+def test_an_output_name_keeps_its_trailing_newline(tmp_path):
+    p, out = fake_run(tmp_path, TREE, out=tmp_path / "res\n")
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "res\n" / "summary.json").is_file() and not (tmp_path / "res").exists()
+
+
+def test_an_unwritable_output_folder_is_refused_before_the_workload_runs(tmp_path):
+    if os.geteuid() == 0:  # root writes through modes: a folder no one can write in
+        out = Path("/sys/kernel")
+        if not out.is_dir():
+            pytest.skip("no /sys/kernel")
+    else:
+        out = tmp_path / "ro"
+        out.mkdir(mode=0o555)
+    p, _ = fake_run(tmp_path, "wait", tmp_path / "ran", "0", TREE, out=out)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "cannot write into" in p.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_pyyaml_on_pythonpath_is_found_and_the_current_folder_still_ignored(tmp_path):
+    import yaml as real
+
+    # An interpreter that sees no site-packages: PyYAML only through PYTHONPATH.
+    bare = tmp_path / "bin" / "python3"
+    bare.parent.mkdir()
+    bare.write_text(f'#!/bin/sh\nexec "{PY}" -S "$@"\n')
+    bare.chmod(0o755)
+    path = tmp_path / "path"
+    path.mkdir()
+    (path / "yaml").symlink_to(Path(real.__file__).parent)
+    (tmp_path / "yaml.py").write_text("raise SystemExit('the yaml.py here ran')\n")
+    p = profile("--recipe", ROOT / "recipe.yaml", "--dry-run", "--", bare, "mine.py",
+                env={"PYTHONPATH": str(path)}, cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 0 and "ran" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize(
+    "command, env, world",
+    [
+        (["torchrun", "--nproc-per-node", "2", "mine.py"], {}, "2"),
+        ([PY, "-m", "torch.distributed.run", "--nproc_per_node=4", "mine.py"], {}, "4"),
+        (["torchrun", "--standalone", "--nproc-per-node=3", "mine.py"], {"WORLD_SIZE": "9"}, "3"),
+        (["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "mine.py"], {}, None),
+        (["torchrun", "--nproc-per-node", "gpu", "mine.py"], {}, None),
+        (["mpirun", "-np", "3", PY, "mine.py"], {"WORLD_SIZE": "3"}, "3"),
+        ([PY, "mine.py"], {"WORLD_SIZE": "3"}, None),  # one process: no rank to miss
+    ],
+)
+def test_the_world_size_reaches_the_summariser_where_the_launcher_says_it(command, env, world):
+    words = summariser("--", *command, env=env)
+    assert (words[words.index("--world-size") + 1] if "--world-size" in words else None) == world
+
+
+def test_a_capture_or_rank_not_read_keeps_the_summary_and_exits_1(tmp_path):
+    # profile.sh beside a summariser that writes its summary and says a rank was missing.
+    for name in ("profile.sh", "recipe.py", "proton_launch.py", "recipe.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "parse_hatchet.py").write_text(
+        "import sys\nout = sys.argv[sys.argv.index('-o') + 1]\n"
+        "open(out, 'w').write('{\"proton_unread\": [\"rank 1\"]}')\n"
+        "print('parse_hatchet: rank 1 wrote no capture', file=sys.stderr)\nraise SystemExit(1)\n"
+    )
+    payload = tmp_path / "payload.py"
+    payload.write_text(FAKE)
+    out = tmp_path / "out"
+    args = ["--recipe", recipe(tmp_path, mode="env"), "--output", out, "--", PY, payload, TREE]
+    p = run(tmp_path / "profile.sh", *args, env={"PROFILE_ASSUME_GPU": "1"}, cwd=tmp_path)
+    assert p.returncode == 1 and "summary.json says which" in p.stderr.splitlines()[-1]
+    assert json.loads((out / "summary.json").read_text()) == {"proton_unread": ["rank 1"]}
+
+
+@pytest.mark.parametrize(
+    "env, rank",
+    [
+        ({}, None),
+        ({"RANK": "3"}, 3),
+        ({"SLURM_PROCID": "12"}, 12),
+        ({"OMPI_COMM_WORLD_RANK": "2"}, 2),
+        ({"PMI_RANK": "4"}, 4),
+        ({"PMIX_RANK": "6"}, 6),
+        # srun started torchrun, which started this rank: torchrun's RANK.
+        ({"RANK": "1", "SLURM_PROCID": "12", "TORCHELASTIC_RUN_ID": "x"}, 1),
+        # srun started this process: a RANK left exported in the shell is stale.
+        ({"RANK": "0", "SLURM_PROCID": "5", "SLURM_TASK_PID": "100"}, 5),
+        ({"RANK": "0", "SLURM_PROCID": "5", "SLURM_TASK_PID": "99"}, 5),  # through a shell
+        # mpirun inside a Slurm batch job: the job's SLURM_PROCID is not this rank's.
+        ({"OMPI_COMM_WORLD_RANK": "2", "SLURM_PROCID": "0"}, 2),
+        # Another launcher under srun (one a host) sets RANK for each process.
+        ({"RANK": "7", "SLURM_PROCID": "1", "SLURM_TASK_PID": "42"}, 7),
+    ],
+)
+def test_each_launcher_s_rank(env, rank):
+    assert proton_launch.global_rank(env, pid=100, ppid=99) == rank
+
+
+@pytest.mark.parametrize(
+    "env, local",
+    [
+        ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "SLURM_LOCALID": "0"}, "1"),
+        ({"SLURM_LOCALID": "3"}, "3"),
+        ({"MPI_LOCALRANKID": "2"}, "2"),
+        ({"LOCAL_RANK": "5", "SLURM_LOCALID": "3"}, "5"),  # torchrun's own: kept
+        ({}, None),
+    ],
+)
+def test_local_rank_is_exported_where_unset(env, local):
+    proton_launch.export_local_rank(env)
+    assert env.get("LOCAL_RANK") == local
+
+
+def test_the_launcher_keeps_the_script_s_words_as_given(tmp_path):
+    script = tmp_path / "show.py"
+    script.write_text("import os, sys\nprint(sys.argv[1:], os.environ.get('LOCAL_RANK'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
+    p = subprocess.run([PY, LAUNCH, "--env", "-n", tmp_path / "proton", script, "--", "-n", "x",
+                        "--"], env={**env, "SLURM_LOCALID": "1"}, capture_output=True, text=True)  # fmt: skip
+    assert p.returncode == 0 and p.stdout == "['--', '-n', 'x', '--'] 1\n", p.stderr
