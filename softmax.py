@@ -114,7 +114,7 @@ def launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems=TILE_ELEMS):
 # call: about twice torch.softmax's host time (bench/results). So, as Triton's fused-softmax
 # tutorial does, a key's first call compiles with kernel.warmup(...) and later calls find
 # the compiled kernel by key and launch it: compiled[grid](...).
-_launches = {}  # _key(x) -> (kernel, launch): softmax(x) is launch(out, x)
+_launches = {}  # _key(x) -> _compile(x)
 MAX_LAUNCHES = 4096
 _one_gpu = INTERPRET  # one GPU visible, so every tensor is on the current one: set by _compile
 _interpreting = threading.Lock()  # the interpreter patches triton.language while it runs
@@ -143,7 +143,8 @@ def _one_at_a_time(run, *args):
 
 
 def _compile(x):
-    """(kernel, launch) for x's key, softmax(x) being launch(out, x); checks x (ValueError)."""
+    """(kernel, run, workspaces, fixed, copy) for x's key, softmax(x) being run(out, x,
+    *workspaces(x), *fixed) on x.contiguous() if copy. Checks x (ValueError)."""
     if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_nested:
         raise ValueError(f"softmax expects a dense torch.Tensor, got {type(x).__name__}")
     if x.ndim != 2 or x.dtype not in TOLERANCE or x.device.type != DEVICE:
@@ -155,10 +156,9 @@ def _compile(x):
     global _one_gpu  # CUDA is up (x is on it): its device count is final
     _one_gpu = INTERPRET or torch.cuda.device_count() == 1
     if not n_rows or not n_cols:
-        return softmax_kernel, lambda out, x: None
+        return softmax_kernel, lambda *args: None, lambda x: (), (), False
     if (n_cols - 1) * x.stride(1) >= 2**31:  # column offsets past 32 bits: launch on a copy
-        kernel, launch = _compile(x.contiguous())
-        return kernel, lambda out, x: launch(out, x.contiguous())
+        return (*_compile(x.contiguous())[:4], True)
     if INTERPRET:  # one 'SM', and large programs: few programs to interpret
         n_sms, warp_size, tile_elems = 1, 32, INTERPRETER_TILE_ELEMS
     else:
@@ -167,7 +167,7 @@ def _compile(x):
     scopes = bool(knobs.compilation.instrumentation_mode) and not INTERPRET
     if config := launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems):
         block_m, block_n, num_warps = config
-        grid, options = (triton.cdiv(n_rows, block_m),), {"num_warps": num_warps}
+        grid, options = (triton.cdiv(n_rows, block_m), 1, 1), {"num_warps": num_warps}
         kernel, workspaces = softmax_kernel, lambda x: ()
         fixed = (n_rows, n_cols, *x.stride(), n_cols, block_m, block_n, scopes)
     else:  # imported here: long rows are for those who need them
@@ -181,7 +181,7 @@ def _compile(x):
         run = kernel.warmup(out, x, *workspaces(x), *fixed, grid=grid, **options)[grid]
     if INTERPRET:
         run = functools.partial(_one_at_a_time, run)
-    return kernel, lambda out, x: run(out, x, *workspaces(x), *fixed)
+    return kernel, run, workspaces, fixed, False
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -199,21 +199,24 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     if key and not _one_gpu and x.is_cuda and x.get_device() != torch.cuda.current_device():
         with torch.cuda.device(x.device):  # where Triton compiles and launches, not torch
             return softmax(x)
-    kernel, launch = _launches.get(key) or (None, None)
-    if launch is None or _hooked(kernel):
-        kernel, launch = _compile(x)
-        if key and not _hooked(kernel):
+    launch = _launches.get(key)
+    if launch is None or _hooked(launch[0]):
+        launch = _compile(x)
+        if key and not _hooked(launch[0]):
             if len(_launches) >= MAX_LAUNCHES:  # many shapes: start again rather than grow
                 _launches.clear()
-            _launches[key] = kernel, launch
+            _launches[key] = launch
+    _, run, workspaces, fixed, copy = launch
+    if copy:
+        x = x.contiguous()
     out = torch.empty_like(x, memory_format=torch.contiguous_format)  # whatever x's strides
-    launch(out, x)
+    run(out, x, *workspaces(x), *fixed)  # the launch
     return out
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one short line and exit 2, not argparse's usage block
-        message = message[:200] if message[:200].isprintable() else repr(message[:200])[1:-1]
+        message = message[:150] if message[:150].isprintable() else repr(message[:150])[1:-1]
         print(f"softmax: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
@@ -232,7 +235,8 @@ def main(argv=None):
             parser.error(f"argument --{name}: must be in [{low}, {high}), got {value}")
     dtype = DTYPES[args.dtype]
     ranks = [
-        os.environ.get(name, d) for name, d in zip(("RANK", "LOCAL_RANK", "WORLD_SIZE"), "001")
+        os.environ.get(name, d)
+        for name, d in zip(("RANK", "LOCAL_RANK", "WORLD_SIZE"), "001", strict=True)
     ]
     if not all(r.isascii() and r.isdigit() and len(r) < 10 for r in ranks) or ranks[2] == "0":
         print("softmax: error: RANK, LOCAL_RANK, WORLD_SIZE must be whole numbers, WORLD_SIZE > 0",

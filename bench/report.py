@@ -1,13 +1,14 @@
-"""Tables, plots and the README's Performance section from a sweep's JSON; no GPU needed.
+"""Tables, plots and docs/performance.md from a sweep's JSON; no GPU needed.
 
     python bench/report.py [bench/results/<device>.json ...]   (or: make bench-report)
 
 With no argument, every JSON under bench/results/. Writes beside each JSON a Markdown
-table (<device>.md) and one plot per dtype (<device>-<dtype>.png), and rewrites the
-README between its performance markers from the first JSON given.
+table (<device>.md) and one plot per dtype (<device>-<dtype>.png), and rewrites
+docs/performance.md between its performance markers from the first JSON given.
 """
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from parse_hatchet import write_output  # noqa: E402
 PEERS = ["torch.softmax", "torch.compile", "liger"]
 CANDIDATES = ["softmax.py", *PEERS, "copy"]
 BEGIN, END = "<!-- performance: begin -->", "<!-- performance: end -->"
+PAGE = ROOT / "docs" / "performance.md"
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -76,8 +78,10 @@ def table(results):
 
 
 def section(results, json_path):
-    """The README's Performance section, markers included."""
-    rel = json_path.relative_to(ROOT) if json_path.is_absolute() else json_path
+    """docs/performance.md's generated part, markers included; links relative to docs/."""
+    json_path = Path(json_path).resolve()
+    rel = Path(os.path.relpath(json_path, PAGE.parent))
+    shown = json_path.relative_to(ROOT) if json_path.is_relative_to(ROOT) else json_path
     stem = rel.with_suffix("")
     host, prof = results["host_us"], results["profiling"]
     refused = sorted(
@@ -94,7 +98,7 @@ def section(results, json_path):
     return f"""{BEGIN}
 Measured by `make bench` on an {results["device"]} (torch {results["torch"]}, Triton
 {results["triton"]}), {results["rounds"]} rounds with the candidates interleaved, medians
-kept (the [min, max] of each is in [`{rel}`]({rel})). GB/s counts the bytes a softmax
+kept (the [min, max] of each is in [`{shown}`]({rel})). GB/s counts the bytes a softmax
 must move: the input read once and the output written once.
 
 - **Device time** is one call's GPU time, by CUDA-graph replay
@@ -141,7 +145,7 @@ capture the steady-state sequence of calls in a CUDA graph (`torch.cuda.graphs`,
 `torch.compile(mode="reduce-overhead")`), which replays every launch without the host.
 
 Run it on your GPU with `make bench` (a few minutes): it writes
-`bench/results/<device>.json`, its table and plots, and rewrites this section;
+`bench/results/<device>.json`, its table and plots, and rewrites this page;
 `make bench-report` redraws them from a JSON without a GPU.
 {END}"""
 
@@ -184,10 +188,10 @@ def plot(results, stem):
         plt.close(fig)
 
 
-def update_readme(text, readme=ROOT / "README.md"):
-    old = readme.read_text()
+def update_page(text, page=PAGE):
+    old = page.read_text()
     start, end = old.index(BEGIN), old.index(END) + len(END)
-    write_output(readme, old[:start] + text + old[end:])
+    write_output(page, old[:start] + text + old[end:])
 
 
 def write_all(json_path):
@@ -195,8 +199,8 @@ def write_all(json_path):
     stem = Path(json_path).with_suffix("")
     write_output(stem.with_suffix(".md"), table(results))
     plot(results, stem)
-    update_readme(section(results, Path(json_path).resolve()))
-    print(f"report: wrote {stem}.md, {stem}-<dtype>.png and README.md's Performance section")
+    update_page(section(results, json_path))
+    print(f"report: wrote {stem}.md, {stem}-<dtype>.png and {PAGE.relative_to(ROOT)}")
 
 
 def main(argv):
@@ -204,10 +208,12 @@ def main(argv):
     if not paths:
         print("report: error: no results: run make bench on a GPU first", file=sys.stderr)
         return 2
-    for path in reversed(paths):  # the first given writes the README last
+    for path in reversed(paths):  # the first given writes the page last
         write_all(path)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    status = main(sys.argv[1:])
+    if status:
+        raise SystemExit(status)

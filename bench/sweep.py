@@ -15,7 +15,7 @@ its speed drifts), it records:
 Then, once: host_us, the loop time per call on a tiny input (the host's cost alone),
 and what profiling costs (`make profile` against `make run`, and Proton's kernel time
 against the graph-replayed one). Medians are kept, with [min, max] over the rounds.
-Writes <out>/<device>.json, then the table, plots and README section (bench/report.py).
+Writes <out>/<device>.json, then the table, plots and docs/performance.md (bench/report.py).
 Exit status: 0 done, 1 softmax.py gave a wrong result, 2 no GPU.
 """
 
@@ -44,14 +44,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import report  # noqa: E402
 
+import long_rows  # noqa: E402
 import softmax as sm  # noqa: E402
 from parse_hatchet import write_output  # noqa: E402
 
 SHAPES = [(4096, c) for c in (256, 512, 1024, 2048, 4096, 8192, 16384)]
 SHAPES += [(65536, 2048), (1024, 65536), (512, 131072), (256, 262144), (64, 1048576)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-PATHS = {"softmax_kernel": "fused", "softmax_long_rows_kernel": "tiles",
-         "softmax_long_rows_lagged_kernel": "lagged tiles"}  # fmt: skip
+PATHS = {sm.softmax_kernel: "fused", long_rows.softmax_long_rows_kernel: "tiles",
+         long_rows.softmax_long_rows_lagged_kernel: "lagged tiles"}  # fmt: skip
 ROUNDS = 5
 HOST_ROUNDS = 15
 LOOP_CALLS = 200
@@ -132,9 +133,7 @@ def point(dtype, rows, cols):
         "dtype": str(dtype).removeprefix("torch."),
         "rows": rows,
         "cols": cols,
-        "path": PATHS[
-            sm._plan(rows, cols, x.element_size(), sm._aligned(x), x.get_device()).kernel
-        ],
+        "path": PATHS[sm._compile(x)[0]],  # the kernel softmax(x) launches
         "max_abs_err": err,
         "correct": err <= sm.TOLERANCE[dtype],
         "device_us": median(device),
@@ -155,10 +154,13 @@ def host_costs():
     x = torch.randn(4, 64, device="cuda")
     fns, _ = candidates(x)
     out = torch.empty_like(x)
-    plan = sm._plan(4, 64, x.element_size(), sm._aligned(x), x.get_device())
-    args = (out, x, 4, 64, 64, 1, 64, plan.block_m, plan.block_n, False)
-    fns["kernel[grid]"] = lambda: sm.softmax_kernel[plan.grid](*args, num_warps=plan.num_warps)
-    run, _, fixed = sm._launch(x, keep=False)
+    props = torch.cuda.get_device_properties(x.device)
+    block_m, block_n, num_warps = sm.launch_config(4, 64, props.multi_processor_count,
+                                                   props.warp_size)  # fmt: skip
+    args = (out, x, 4, 64, 64, 1, 64, block_m, block_n, False)
+    grid = (triton.cdiv(4, block_m),)
+    fns["kernel[grid]"] = lambda: sm.softmax_kernel[grid](*args, num_warps=num_warps)
+    _, run, _, fixed, _ = sm._compile(x)
     fns["compiled[grid]"] = lambda: run(torch.empty_like(x), x, *fixed)
     seen = rounds(fns, lambda fn: loop_us(fn, HOST_CALLS), HOST_ROUNDS)
     torch_us = seen["torch.softmax"]

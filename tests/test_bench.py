@@ -1,5 +1,5 @@
-"""The committed benchmark results: the keys the sweep promises, and a README whose
-Performance section is exactly what bench/report.py makes of them."""
+"""The committed benchmark results: the keys the sweep promises, and a docs/performance.md
+whose generated part is exactly what bench/report.py makes of them."""
 
 import json
 import sys
@@ -32,10 +32,10 @@ def test_results_hold_the_promised_keys(path):
             assert low <= p["device_us"][name] <= high
 
 
-def test_readme_performance_is_generated_from_the_first_results():
-    readme = (ROOT / "README.md").read_text()
+def test_the_performance_page_is_generated_from_the_first_results():
+    page = (ROOT / "docs" / "performance.md").read_text()
     results = json.loads(RESULTS[0].read_text())
-    assert report.section(results, RESULTS[0]) in readme
-    assert all(f"| {p['rows']} x {p['cols']} |" in readme for p in results["points"])
+    assert report.section(results, RESULTS[0]) in page
+    assert all(f"| {p['rows']} x {p['cols']} |" in page for p in results["points"])
     for dtype in {p["dtype"] for p in results["points"]}:
         assert (RESULTS[0].parent / f"{RESULTS[0].stem}-{dtype}.png").is_file()
