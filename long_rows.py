@@ -221,10 +221,10 @@ def plan(n_rows, n_cols, itemsize, aligned_rows, n_sms, warp_size, interpret):
     tiles = triton.next_power_of_2(min(n_tiles, MERGE_TILES))
     if not interpret and n_tiles <= min(n_sms, MERGE_TILES):
         regs = HALF_TILE_REGS if aligned_rows and itemsize == 2 and not AMD else 0
-        grid = (n_rows * n_tiles,)
+        grid = (n_rows * n_tiles, 1, 1)  # compiled[grid] takes all three
         return Plan(softmax_long_rows_kernel, tile, num_warps, grid, n_tiles, tiles, 0, regs)
     lag = n_tiles + LAG_PER_SM * n_sms
-    grid = (n_rows * n_tiles + lag,)
+    grid = (n_rows * n_tiles + lag, 1, 1)
     return Plan(softmax_long_rows_lagged_kernel, tile, num_warps, grid, n_tiles, tiles, lag)
 
 
