@@ -337,14 +337,16 @@ def acyclic():
     """For decoding a capture: JSON makes containers that cannot form cycles, up to
     millions of them, and the cyclic collector would walk the growing capture again
     and again for nothing (most of the decoding's time). It is paused while the capture
-    is decoded, and the capture then frozen out of its sight: it goes on collecting
-    everything else."""
+    is decoded. Run as a script, the capture is then frozen out of its sight; imported,
+    nothing is frozen: freezing holds every object of the importing process for good
+    (Triton's, whose bindings then report them leaked at exit)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
+        if __name__ == "__main__":
+            gc.freeze()
         if enabled:
             gc.enable()
 
