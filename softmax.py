@@ -2,20 +2,17 @@
 
     python softmax.py --rows 4096 --cols 1024 --iters 20
 
-Each row is read from memory once and written once: one program holds whole rows, and
-the max, exponentials, sum and division happen on-chip, as in Triton's fused-softmax
-tutorial. Rows too long for one program are split across several (long_rows.py).
-
-With no GPU visible the kernels run in Triton's CPU interpreter. Under a launcher such
-as torchrun, each process uses the GPU its LOCAL_RANK names.
+softmax(x) normalises x's last dimension, each row read once and written once: one
+program holds whole rows, max, exponentials, sum and division on chip, as in Triton's
+fused-softmax tutorial. Longer rows are split across programs (long_rows.py); traced or
+differentiated, softmax() is a PyTorch op (softmax_op.py). With no GPU visible the kernels
+run in Triton's CPU interpreter; under torchrun each process takes its LOCAL_RANK's GPU.
 Exit status: 0 PASS, 1 FAIL, 2 bad arguments or an input too large.
 """
 
 import argparse
-import functools
 import os
 import sys
-import threading
 
 import torch
 
@@ -29,6 +26,8 @@ import triton.language as tl  # noqa: E402
 import triton.profiler.language as pl  # noqa: E402
 from triton import knobs  # noqa: E402
 
+# Run as a script, this is also the softmax that long_rows.py and softmax_op.py import.
+sys.modules.setdefault("softmax", sys.modules[__name__])
 INTERPRET = knobs.runtime.interpret
 DEVICE = "cpu" if INTERPRET else "cuda"
 HIP = torch.version.hip is not None
@@ -43,7 +42,6 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 # Rows up to MAX_FUSED_COLS columns are held whole by one program. Short rows are grouped
 # so that a program holds at least TILE_ELEMS elements, ELEMS_PER_THREAD a thread: swept on
 # the H200, fewer leave too few loads in flight, more add warps or registers that only wait.
-# The interpreter runs a program at a time with NumPy: few, large programs are fastest.
 MAX_FUSED_COLS = 16384
 TILE_ELEMS = 1024
 ELEMS_PER_THREAD = 16
@@ -51,8 +49,7 @@ INTERPRETER_TILE_ELEMS = 2**16
 
 
 def launch_metadata(grid, metadata, args):
-    """What Proton's `-k triton` hook records for a launch: a readable name and the
-    bytes a softmax must move (its input read once, its output written once)."""
+    """What Proton's `-k triton` hook records: a name, and the bytes read once, written once."""
     x, rows, cols = args["in_ptr"], args["n_rows"], args["n_cols"]
     name = f"{metadata.name} [{rows}x{cols} {str(x.dtype).removeprefix('torch.')}]"
     return {"name": name, "bytes": 2 * rows * cols * x.element_size()}
@@ -60,9 +57,8 @@ def launch_metadata(grid, metadata, args):
 
 @triton.jit
 def scope(SCOPES: tl.constexpr, ended: tl.constexpr, started: tl.constexpr):
-    """Ends the scope `ended` and starts `started` ("" for none) where SCOPES: true only
-    while Proton's instrumentation backend compiles the kernel (make intra), each scope
-    then recording its start and end cycles. Otherwise this compiles to nothing."""
+    """Ends scope `ended` and starts `started` ("" for none) where SCOPES, true only under
+    Proton's instrumentation backend (make intra): each records its cycles. Else nothing."""
     if SCOPES:
         if ended != "":
             pl.exit_scope(ended)
@@ -110,20 +106,40 @@ def launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems=TILE_ELEMS):
     return block_m, block_n, max(1, min(16, num_warps))
 
 
-# `kernel[grid](...)` binds and specialises every argument and builds a cache key on each
-# call: about twice torch.softmax's host time (bench/results). So, as Triton's fused-softmax
-# tutorial does, a key's first call compiles with kernel.warmup(...) and later calls find
-# the compiled kernel by key and launch it: compiled[grid](...).
-_launches = {}  # _key(x) -> _compile(x)
+def device_config(device):
+    """(n_sms, warp_size, tile_elems) of device: in the interpreter one 'SM', large tiles."""
+    if INTERPRET:
+        return 1, 32, INTERPRETER_TILE_ELEMS
+    props = torch.cuda.get_device_properties(device)
+    return props.multi_processor_count, props.warp_size, TILE_ELEMS
+
+
+def plan(x, scopes):
+    """(kernel, grid, options, workspaces, fixed) for x's rows (2-D): softmax is kernel[grid](
+    out, x, *workspaces(x), *fixed, **options). Reads no data: traced (fake) tensors too."""
+    n_rows, n_cols = map(int, x.shape)
+    n_sms, warp_size, tile_elems = device_config(x.device)
+    if config := launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems):
+        block_m, block_n, num_warps = config
+        fixed = (n_rows, n_cols, *map(int, x.stride()), n_cols, block_m, block_n, scopes)
+        grid = (triton.cdiv(n_rows, block_m), 1, 1)  # compiled[grid] reads all three
+        return softmax_kernel, grid, {"num_warps": num_warps}, lambda x: (), fixed
+    import long_rows  # here: long rows are for those who need them
+
+    return long_rows.launch(x, n_sms, warp_size, scopes)
+
+
+# Eager calls bypass the op and `kernel[grid](...)`, which binds and specialises every
+# argument on each call: as in Triton's fused-softmax tutorial, a key's first call compiles
+# with kernel.warmup(...), later ones find it by key and launch it: compiled[grid](...).
+_launches = {}  # _key(x) -> softmax_op.compile_launch(x)
 MAX_LAUNCHES = 4096
-_one_gpu = INTERPRET  # one GPU visible, so every tensor is on the current one: set by _compile
-_interpreting = threading.Lock()  # the interpreter patches triton.language while it runs
+_one_gpu = INTERPRET  # one GPU visible, so every tensor is on the current one
 
 
 def _key(x):
-    """What x's compiled launch depends on: its device, dtype, shape and strides; what
-    Triton specialises on (16-byte alignment, on AMD a storage under 2 GiB) and the modes
-    a session may switch (debug, instrumentation, 3.9's float sanitizer)."""
+    """What x's compiled launch depends on: device, dtype, shape, strides; what Triton
+    specialises on (16-byte alignment, on AMD a storage under 2 GiB); modes of a session."""
     return (x.device, x.dtype, x.shape, x.stride(), x.data_ptr() % 16 == 0,
             HIP and x.untyped_storage().nbytes() < 2**31, knobs.runtime.debug,
             knobs.compilation.instrumentation_mode,
@@ -131,77 +147,33 @@ def _key(x):
 
 
 def _hooked(kernel):
-    """Whether a hook is set that kernel[grid] runs on each call and compiled[grid] would
-    skip, or that can keep warmup() from returning a kernel (jit_cache_hook)."""
+    """Whether a hook is set that compiled[grid] would skip, or that keeps warmup() from
+    returning a kernel (jit_cache_hook): kernel[grid] then launches, on every call."""
     inspection = getattr(knobs.runtime, "add_stages_inspection_hook", None)  # Triton 3.7+
     return bool(kernel.pre_run_hooks or knobs.runtime.jit_cache_hook or inspection)
 
 
-def _one_at_a_time(run, *args):
-    with _interpreting:
-        run(*args)
-
-
-def _compile(x):
-    """(kernel, run, workspaces, fixed, copy) for x's key, softmax(x) being run(out, x,
-    *workspaces(x), *fixed) on x.contiguous() if copy. Checks x (ValueError)."""
-    if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_nested:
-        raise ValueError(f"softmax expects a dense torch.Tensor, got {type(x).__name__}")
-    if x.ndim != 2 or x.dtype not in TOLERANCE or x.device.type != DEVICE:
-        raise ValueError(f"softmax expects a 2-D float32, float16 or bfloat16 tensor on "
-                         f"{DEVICE}, got a {x.ndim}-D {x.dtype} one on {x.device}")  # fmt: skip
-    n_rows, n_cols = x.shape
-    if n_rows > 2**31 - 2**16 or n_cols >= 2**31:  # row and column indices are 32-bit
-        raise ValueError(f"softmax: {n_rows} x {n_cols} is too large for 32-bit indices")
-    global _one_gpu  # CUDA is up (x is on it): its device count is final
-    _one_gpu = INTERPRET or torch.cuda.device_count() == 1
-    if not n_rows or not n_cols:
-        return softmax_kernel, lambda *args: None, lambda x: (), (), False
-    if (n_cols - 1) * x.stride(1) >= 2**31:  # column offsets past 32 bits: launch on a copy
-        return (*_compile(x.contiguous())[:4], True)
-    if INTERPRET:  # one 'SM', and large programs: few programs to interpret
-        n_sms, warp_size, tile_elems = 1, 32, INTERPRETER_TILE_ELEMS
-    else:
-        props = torch.cuda.get_device_properties(x.device)
-        n_sms, warp_size, tile_elems = props.multi_processor_count, props.warp_size, TILE_ELEMS
-    scopes = bool(knobs.compilation.instrumentation_mode) and not INTERPRET
-    if config := launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems):
-        block_m, block_n, num_warps = config
-        grid, options = (triton.cdiv(n_rows, block_m), 1, 1), {"num_warps": num_warps}
-        kernel, workspaces = softmax_kernel, lambda x: ()
-        fixed = (n_rows, n_cols, *x.stride(), n_cols, block_m, block_n, scopes)
-    else:  # imported here: long rows are for those who need them
-        import long_rows
-
-        kernel, grid, options, workspaces, fixed = long_rows.launch(x, n_sms, warp_size, scopes)
-    if INTERPRET or _hooked(kernel):
-        run = functools.partial(kernel[grid], **options)
-    else:
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
-        run = kernel.warmup(out, x, *workspaces(x), *fixed, grid=grid, **options)[grid]
-    if INTERPRET:
-        run = functools.partial(_one_at_a_time, run)
-    return kernel, run, workspaces, fixed, False
-
-
 def softmax(x: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dimension of a 2-D tensor of any strides, on the GPU (in
-    Triton's interpreter, on the CPU). No autograd: the result has no grad_fn.
-
-    Returns a new contiguous tensor of x's shape and dtype; x is not modified.
-    float32, float16 and bfloat16 inputs; arithmetic is in float32.
-    """
+    """Softmax over the last dimension of a float32, float16 or bfloat16 tensor of any rank
+    and strides, on the GPU (in Triton's interpreter, on the CPU), computed in float32.
+    Returns a new contiguous tensor of x's shape and dtype. Traced by torch.compile or
+    where x requires grad, it is softmax_op.py's op, with a backward."""
+    global _one_gpu  # set once CUDA is up (a first key compiled): its device count is final
+    traced = torch.compiler.is_compiling()
+    if traced or getattr(x, "requires_grad", False) and torch.is_grad_enabled():
+        return softmax_op.through_op(x)
     try:  # a negated view (z.conj().imag) to its values: the kernel reads what is stored
         x = x.resolve_neg()
         key = _key(x)
-    except (AttributeError, RuntimeError):  # no strides or data: _compile says what x is
+    except (AttributeError, RuntimeError):  # no strides or data: the check says what x is
         key = None
     if key and not _one_gpu and x.is_cuda and x.get_device() != torch.cuda.current_device():
         with torch.cuda.device(x.device):  # where Triton compiles and launches, not torch
             return softmax(x)
     launch = _launches.get(key)
     if launch is None or _hooked(launch[0]):
-        launch = _compile(x)
+        launch = softmax_op.compile_launch(x)  # checks x (ValueError), compiles
+        _one_gpu = INTERPRET or torch.cuda.device_count() == 1  # CUDA is up: final
         if key and not _hooked(launch[0]):
             if len(_launches) >= MAX_LAUNCHES:  # many shapes: start again rather than grow
                 _launches.clear()
@@ -214,6 +186,10 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+# A key's first call and the op: last, as softmax_op.py imports this module.
+import softmax_op  # noqa: E402
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one short line and exit 2, not argparse's usage block
         message = message[:150] if message[:150].isprintable() else repr(message[:150])[1:-1]
@@ -223,48 +199,34 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv=None):
     parser = _Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=4096, help="(default 4096)")
-    parser.add_argument("--cols", type=int, default=1024, help="(default 1024)")
-    parser.add_argument("--iters", type=int, default=20, help="launches after the checked one")
+    bounds = {"rows": (4096, 1, 2**31), "cols": (1024, 1, 2**31), "iters": (20, 1, 2**31),
+              "seed": (0, 0, 2**63)}  # fmt: skip
+    for name, (default, _, _) in bounds.items():
+        parser.add_argument(f"--{name}", type=int, default=default, help=f"(default {default})")
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
-    parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     args = parser.parse_args(argv)
-    for name, high in ("rows", 2**31), ("cols", 2**31), ("iters", 2**31), ("seed", 2**63):
-        low = 0 if name == "seed" else 1
+    for name, (_, low, high) in bounds.items():
         if not low <= (value := getattr(args, name)) < high:
             parser.error(f"argument --{name}: must be in [{low}, {high}), got {value}")
-    dtype = DTYPES[args.dtype]
-    ranks = [
-        os.environ.get(name, d)
-        for name, d in zip(("RANK", "LOCAL_RANK", "WORLD_SIZE"), "001", strict=True)
-    ]
+    ranks = [os.environ.get(f"{n}RANK", "0") for n in ("", "LOCAL_")]
+    ranks.append(os.environ.get("WORLD_SIZE", "1"))
     if not all(r.isascii() and r.isdigit() and len(r) < 10 for r in ranks) or ranks[2] == "0":
-        print("softmax: error: RANK, LOCAL_RANK, WORLD_SIZE must be whole numbers, WORLD_SIZE > 0",
-              file=sys.stderr)  # fmt: skip
-        return 2
+        parser.error("RANK, LOCAL_RANK, WORLD_SIZE must be whole numbers, WORLD_SIZE > 0")
     rank, local_rank, world = map(int, ranks)
-    # Each line names the rank when there are several, so that their output can be told apart.
-    tag = f"softmax[rank {rank}]" if world > 1 else "softmax"
+    tag = f"softmax[rank {rank}]" if world > 1 else "softmax"  # several ranks told apart
     if not INTERPRET:  # several ranks may share a GPU
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
-
-    # The input, output and float32 reference, refused up front rather than failing
-    # halfway with an out-of-memory traceback.
+    # Input, output and float32 reference refused up front, not halfway out of memory.
+    dtype = DTYPES[args.dtype]
     need = args.rows * args.cols * (2 * dtype.itemsize + 3 * 4)
-    if INTERPRET:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    else:
-        free = torch.cuda.mem_get_info()[0]
-    if need > free:
+    pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if INTERPRET else 0
+    if need > (free := pages or torch.cuda.mem_get_info()[0]):
         print(f"{tag}: error: {args.rows} x {args.cols} {args.dtype} needs about "
               f"{need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free on {DEVICE}",
               file=sys.stderr)  # fmt: skip
         return 2
-
-    if INTERPRET:  # no profiler sees interpreted launches, and their timing means nothing
-        print(f"{tag}: device=cpu (Triton interpreter: one launch, --iters not run)")
-    else:
-        print(f"{tag}: device={torch.cuda.get_device_name()}")
+    interpreted = "cpu (Triton interpreter: one launch, --iters not run)"  # none timed
+    print(f"{tag}: device={interpreted if INTERPRET else torch.cuda.get_device_name()}")
     print(f"{tag}: rows={args.rows} cols={args.cols} iters={args.iters}")
     torch.manual_seed(args.seed)
     x = torch.randn(args.rows, args.cols, device=DEVICE).to(dtype)
@@ -273,17 +235,16 @@ def main(argv=None):
     if not err <= TOLERANCE[dtype]:  # written so that NaN fails
         print(f"{tag}: FAIL result differs from torch.softmax", file=sys.stderr)
         return 1
+    for _ in range(0 if INTERPRET else args.iters):
+        softmax(x)
     if not INTERPRET:
-        for _ in range(args.iters):
-            softmax(x)
         torch.cuda.synchronize()
     print(f"{tag}: PASS")
     return 0
 
 
 if __name__ == "__main__":
-    # Success returns normally: Triton 3.6's Proton CLI writes no profile after any
-    # SystemExit, even SystemExit(0).
+    # Success returns normally: Triton 3.6's Proton CLI writes no profile after SystemExit(0).
     status = main()
     if status:
         raise SystemExit(status)

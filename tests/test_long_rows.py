@@ -91,7 +91,7 @@ def test_the_plan_on_a_gpu(monkeypatch, itemsize, aligned, sms, cols, amd):
     assert p.block_n == tile and p.num_warps == tile // (64 * 32)
     assert p.n_tiles == n_tiles and p.tiles >= n_tiles
     if n_tiles <= sms:
-        assert p.kernel is lr.softmax_long_rows_kernel and p.grid == (64 * n_tiles,)
+        assert p.kernel is lr.softmax_long_rows_kernel and p.grid == (64 * n_tiles, 1, 1)
         # Held 16-bit tiles in fewer registers, so that more programs fit an SM; only on
         # NVIDIA, as Triton's AMD backend refuses the option.
         capped = itemsize == 2 and aligned and not amd
@@ -99,7 +99,7 @@ def test_the_plan_on_a_gpu(monkeypatch, itemsize, aligned, sms, cols, amd):
     else:
         assert p.kernel is lr.softmax_long_rows_lagged_kernel and p.maxnreg == 0
         assert p.lag == n_tiles + lr.LAG_PER_SM * sms
-        assert p.grid == (64 * n_tiles + p.lag,)
+        assert p.grid == (64 * n_tiles + p.lag, 1, 1)
 
 
 def test_the_interpreter_never_holds_a_row():

@@ -17,6 +17,7 @@ from conftest import ROOT, run
 
 import long_rows
 import softmax as sm
+import softmax_op
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -26,7 +27,7 @@ def check(x):
     before = x.clone()
     y = sm.softmax(x)
     assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
-    ref = torch.softmax(x.float(), dim=1)
+    ref = torch.softmax(x.float(), dim=-1)
     torch.testing.assert_close(y.float(), ref, atol=sm.TOLERANCE[x.dtype], rtol=0, equal_nan=True)
     torch.testing.assert_close(x, before, rtol=0, atol=0, equal_nan=True)  # x untouched
     return y
@@ -58,7 +59,7 @@ def test_the_interpreter_gets_few_large_programs(monkeypatch):
     monkeypatch.setattr(sm, "softmax_kernel", fake)
     monkeypatch.setattr(sm, "_launches", {})
     check(randn(256, 1024))
-    assert fake.jit_launches == [(4,)]
+    assert fake.jit_launches == [(4, 1, 1)]
 
 
 def test_empty_and_bad_inputs():
@@ -66,13 +67,37 @@ def test_empty_and_bad_inputs():
     for rows, cols in [(2**31 - 2**16 + 1, 5), (3, 2**31)]:  # views of one element
         with pytest.raises(ValueError, match="too large for 32-bit indices"):
             sm.softmax(torch.zeros(1, 1, device=sm.DEVICE).expand(rows, cols))
-    with pytest.raises(ValueError, match="2-D"):
-        sm.softmax(torch.zeros(2, 2, 2, device=sm.DEVICE))
+    with pytest.raises(ValueError, match="1-D or more .* got a 0-D"):
+        sm.softmax(torch.zeros((), device=sm.DEVICE))
     with pytest.raises(ValueError, match="float32, float16 or bfloat16 .* got .*float64"):
         sm.softmax(torch.zeros(2, 2, device=sm.DEVICE, dtype=torch.float64))
     for other in ([[1.0]], torch.zeros(2, 2).to_sparse()):  # no strides to key on
         with pytest.raises(ValueError, match="expects a dense torch.Tensor"):
             sm.softmax(other)
+
+
+@pytest.mark.parametrize("shape", [(7,), (2, 3, 50), (2, 1, 3, 17), (4, 0, 5), (3, 0)], ids=str)
+@pytest.mark.parametrize("use_tiles", [False, True], ids=["fused", "tiled"])
+def test_any_rank_over_the_last_dimension(request, shape, use_tiles):
+    if use_tiles:
+        request.getfixturevalue("tiled")
+    check(torch.randn(shape, device=sm.DEVICE))
+
+
+@pytest.mark.parametrize(
+    "make, copied",
+    [
+        (lambda: torch.randn(4, 6, 50)[:, ::2], False),  # leading dimensions of one row stride
+        (lambda: torch.randn(50, 3, 4).permute(1, 2, 0), False),  # columns 12 apart
+        (lambda: torch.randn(4, 6, 50).transpose(0, 1), True),  # no one row stride
+    ],
+    ids=["sliced", "permuted", "transposed"],
+)
+def test_rows_are_a_view_where_the_strides_allow(make, copied):
+    # The kernels read a view of x's rows; only where none exists do they read a copy.
+    x = make().to(sm.DEVICE)
+    assert softmax_op.compile_launch(x)[4] == copied
+    check(x)
 
 
 def test_launches_are_kept_by_key():
@@ -184,7 +209,7 @@ def gpu_path(monkeypatch):
         monkeypatch.setattr(module, name, fakes[name])
     monkeypatch.setattr(sm, "INTERPRET", False)
     monkeypatch.setattr(sm, "_launches", {})
-    monkeypatch.setattr(sm, "_one_gpu", sm._one_gpu)  # _compile sets it: restored afterwards
+    monkeypatch.setattr(sm, "_one_gpu", sm._one_gpu)  # softmax() sets it: restored afterwards
     monkeypatch.setattr(sm.torch.cuda, "current_device", lambda: -1)  # a CPU tensor's index
     gpu(monkeypatch, sms=1)
     return fakes
@@ -217,7 +242,7 @@ def test_a_key_compiles_once_and_then_launches_the_compiled_kernel(gpu_path):
     check(randn(5, 100))  # other values, same key
     assert compiles(fakes) == {"softmax_kernel": 1}
     (compiled,) = fakes["softmax_kernel"].compiled
-    assert compiled.launches == [(-(-5 // sm.launch_config(5, 100, 1, 32)[0]),)] * 4
+    assert compiled.launches == [(-(-5 // sm.launch_config(5, 100, 1, 32)[0]), 1, 1)] * 4
     assert fakes["softmax_kernel"].jit_launches == []
 
 
@@ -348,7 +373,9 @@ def test_long_rows_beyond_the_gpu_are_written_lag_tickets_later(gpu_path, tiled)
         check(randn(3, 50))
     assert compiles(fakes) == {"softmax_long_rows_lagged_kernel": 1}
     lag = 7 + long_rows.LAG_PER_SM
-    assert fakes["softmax_long_rows_lagged_kernel"].compiled[0].launches == [(3 * 7 + lag,)] * 2
+    assert (
+        fakes["softmax_long_rows_lagged_kernel"].compiled[0].launches == [(3 * 7 + lag, 1, 1)] * 2
+    )
 
 
 def test_a_tensor_elsewhere_is_refused(gpu_path, monkeypatch):

@@ -1,0 +1,147 @@
+"""softmax_op.py: softmax() as a PyTorch op, its backward, and torch.compile of a caller.
+
+On CPU the op runs eagerly through Triton's interpreter (forward and backward kernels
+alike); torch.library.opcheck and torch.compile cannot run there, as both trace the op with
+fake tensors, whose storage the interpreter cannot reach: those tests are marked gpu.
+"""
+
+import json
+
+import pytest
+import torch
+from conftest import run
+from test_softmax import DTYPES, ours, tiled  # noqa: F401 - tiled: a fixture
+
+import softmax as sm
+import softmax_op
+
+
+def grads(x, dy):
+    """dx of softmax(x) for dy, and torch.softmax's computed in float32."""
+    x = x.detach().requires_grad_()
+    y = sm.softmax(x)
+    assert y.grad_fn is not None and "triton_softmax" in y.grad_fn.name()
+    (dx,) = torch.autograd.grad(y, x, dy)
+    xf = x.detach().float().requires_grad_()
+    (ref,) = torch.autograd.grad(torch.softmax(xf, -1), xf, dy.float())
+    return dx, ref
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(7,), (5, 100), (2, 3, 50), (3, 1, 2, 17)], ids=str)
+@pytest.mark.parametrize("use_tiles", [False, True], ids=["fused", "tiled"])
+def test_gradients_match_torch(request, shape, dtype, use_tiles):
+    # Tiled: forward in long_rows' kernels, backward in torch's own softmax backward.
+    if use_tiles:
+        request.getfixturevalue("tiled")
+    x = torch.randn(shape, device=sm.DEVICE).to(dtype)
+    dx, ref = grads(x, torch.randn_like(x))
+    assert dx.dtype == dtype and dx.shape == x.shape
+    torch.testing.assert_close(dx.float(), ref, atol=2 * sm.TOLERANCE[dtype], rtol=0)
+
+
+def test_a_strided_gradient():
+    # loss.sum()'s gradient is one value expanded (stride 0); a transposed x's too.
+    x = torch.randn(40, 6, device=sm.DEVICE).t()
+    dx, ref = grads(x, torch.ones(1, 1, device=sm.DEVICE).expand(6, 40))
+    torch.testing.assert_close(dx, ref, atol=1e-6, rtol=0)
+
+
+def test_only_what_autograd_needs_goes_through_the_op():
+    x = torch.randn(4, 30, device=sm.DEVICE)
+    assert sm.softmax(x).grad_fn is None  # no grad needed: the cached launch
+    w = x.clone().requires_grad_()
+    with torch.no_grad():
+        assert sm.softmax(w).grad_fn is None
+    y = sm.softmax(w * 2)  # inside a graph of autograd: the op, with its backward
+    assert y.grad_fn is not None
+    y[:, 0].sum().backward()
+    assert w.grad is not None and w.grad.abs().sum() > 0
+
+
+def test_inputs_that_require_grad_train():
+    # A layer before softmax learns to put the weight on column 0.
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 16).to(sm.DEVICE)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.5)
+    x = torch.randn(32, 8, device=sm.DEVICE)
+    losses = []
+    for _ in range(20):
+        loss = -sm.softmax(layer(x))[:, 0].log().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] / 2
+
+
+def test_the_op_refuses_what_softmax_refuses():
+    x = torch.zeros(2, 3, dtype=torch.float64, device=sm.DEVICE, requires_grad=True)
+    with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
+        sm.softmax(x)
+
+
+def test_the_op_is_registered_with_its_backward():
+    x = torch.randn(3, 20, device=sm.DEVICE)
+    y = torch.ops.triton_softmax.softmax(x)
+    torch.testing.assert_close(y, torch.softmax(x, -1), atol=1e-6, rtol=0)
+    dx = torch.ops.triton_softmax.softmax_backward(y, torch.ones_like(y))
+    assert dx.abs().max() < 1e-6  # the gradient of a sum of probabilities: 0
+
+
+# On the GPU: the op's registration checked by PyTorch, and torch.compile of a caller.
+
+
+class Model(torch.nn.Module):
+    def __init__(self, cols, normalise):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, cols)
+        self.normalise = normalise
+
+    def forward(self, x):
+        return self.normalise(self.proj(x)) * 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 100), (2, 3, 1024), (3, 40000)], ids=str)
+def test_gpu_opcheck(shape, dtype):
+    x = torch.randn(shape, device="cuda").to(dtype).requires_grad_()
+    torch.library.opcheck(softmax_op.softmax_op, (x,))
+    y = softmax_op.softmax_op(x.detach())
+    torch.library.opcheck(softmax_op.softmax_backward, (y, torch.randn_like(y)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [1000, 40000], ids=["fused", "long rows"])
+def test_gpu_compiled_forward_and_backward_match_eager(cols):
+    torch.manual_seed(0)
+    eager = Model(cols, sm.softmax).cuda()
+    model = Model(cols, sm.softmax).cuda()
+    model.load_state_dict(eager.state_dict())
+    compiled = torch.compile(model, fullgraph=True)
+    x = torch.randn(8, 3, 64, device="cuda")
+    y, y_eager = compiled(x), eager(x)
+    torch.testing.assert_close(y, y_eager, atol=1e-5, rtol=0)
+    y.square().sum().backward()
+    y_eager.square().sum().backward()
+    for ours_, theirs in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(ours_.grad, theirs.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_compiled_graph_holds_the_kernel_without_a_break():
+    x = torch.randn(4, 100, device="cuda")
+    explained = torch._dynamo.explain(lambda t: sm.softmax(t) * 2)(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+
+
+@pytest.mark.gpu
+def test_gpu_profile_of_a_compiled_caller_names_softmax_kernel(tmp_path):
+    p = run("make", "-s", "profile", f"OUT={tmp_path}", "SCRIPT=tests/softmax_compiled.py",
+            "ARGS=--iters 5")  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "softmax_compiled: PASS" in p.stdout
+    summary = json.loads((tmp_path / "profile" / "summary.json").read_text())
+    sites = ours(summary)
+    assert sites and any("softmax_compiled.py" in s["callsite"] for s in sites)
