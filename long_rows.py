@@ -20,6 +20,7 @@ that programs already running hold, and neither kernel can deadlock:
   read a second time from L2.
 """
 
+import os
 import sys
 from typing import NamedTuple
 
@@ -206,15 +207,39 @@ class Plan(NamedTuple):
 
 def aligned(x):
     """Whether x's rows load 16 bytes at a time: a column stride of 1, a row stride and
-    length of multiples of 16 elements (what Triton specialises integers on), data on 16."""
+    length of multiples of 16 elements (what Triton specialises integers on), data on 16.
+    A traced (fake) tensor has no data: its storage is taken as aligned, as torch's are."""
     rows, cols = x.stride()
-    return cols == 1 and rows % 16 == 0 and x.shape[1] % 16 == 0 and x.data_ptr() % 16 == 0
+    try:
+        start = x.data_ptr()
+    except RuntimeError:  # no data while torch.compile traces
+        start = x.storage_offset() * x.element_size()
+    return cols == 1 and rows % 16 == 0 and x.shape[1] % 16 == 0 and start % 16 == 0
+
+
+def usable_sms(n_sms, env=os.environ):
+    """Of a device's n_sms SMs, how many this process may hold programs on at once. Under
+    MPS, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of them (a share set only by the MPS daemon is
+    not seen here). On AMD, a CU mask (HSA_CU_MASK, ROC_GLOBAL_CU_MASK) hides how many a
+    queue gets: 0, so that no row is held."""
+    if softmax.HIP and (env.get("HSA_CU_MASK") or env.get("ROC_GLOBAL_CU_MASK")):
+        return 0
+    share = env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+    if share is None:
+        return n_sms
+    try:
+        percent = float(share)
+    except ValueError:  # a share MPS would refuse: nothing is assumed held
+        return 0
+    return int(n_sms * min(max(percent, 0.0), 100.0) // 100)
 
 
 def plan(n_rows, n_cols, itemsize, aligned_rows, n_sms, warp_size, interpret):
     """The Plan for rows of n_cols itemsize-byte elements, aligned() or not, on n_sms SMs
-    (CUs on AMD). Rows are held where the GPU holds every tile of a row at once (one program
-    an SM always fits); the interpreter runs one program at a time, so it never holds."""
+    (CUs on AMD) this process may use (usable_sms). Rows are held where the GPU holds every
+    tile of a row at once (one program an SM always fits); the interpreter runs one program
+    at a time, so it never holds. That assumes no other kernel fills the SMs meanwhile:
+    held launches on several streams at once can wait on each other's programs."""
     tile = TILE_BYTES // (itemsize if aligned_rows else 4)
     num_warps = max(1, tile // (TILE_PER_THREAD * warp_size))
     n_tiles = triton.cdiv(n_cols, tile)
@@ -231,8 +256,9 @@ def plan(n_rows, n_cols, itemsize, aligned_rows, n_sms, warp_size, interpret):
 def launch(x, n_sms, warp_size, scopes):
     """How softmax.py launches x: (kernel, grid, options, workspaces, fixed), the launch
     being kernel[grid](out, x, *workspaces(x), *fixed, **options)."""
-    n_rows, n_cols = x.shape
-    p = plan(n_rows, n_cols, x.element_size(), aligned(x), n_sms, warp_size, softmax.INTERPRET)
+    n_rows, n_cols = map(int, x.shape)  # ints, also where torch.compile traces SymInts
+    p = plan(n_rows, n_cols, x.element_size(), aligned(x), usable_sms(n_sms), warp_size,
+             softmax.INTERPRET)  # fmt: skip
 
     def workspaces(x):
         # Each tile's max and sum; the ticket counter and each row's arrivals, 128 bytes
@@ -248,7 +274,7 @@ def launch(x, n_sms, warp_size, scopes):
     options = {"num_warps": p.num_warps}
     if p.maxnreg:  # only where set: Triton's AMD backend refuses the option
         options["maxnreg"] = p.maxnreg
-    fixed = (n_rows, n_cols, *x.stride(), n_cols, p.n_tiles, *last)
+    fixed = (n_rows, n_cols, *map(int, x.stride()), n_cols, p.n_tiles, *last)
     return p.kernel, p.grid, options, workspaces, fixed
 
 

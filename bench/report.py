@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from parse_hatchet import write_output  # noqa: E402
 
-PEERS = ["torch.softmax", "torch.compile", "liger"]
+PEERS = ["torch.softmax", "torch.compile", "liger", "quack"]  # quack: where asked for
 CANDIDATES = ["softmax.py", *PEERS, "copy"]
 BEGIN, END = "<!-- performance: begin -->", "<!-- performance: end -->"
 PAGE = ROOT / "docs" / "performance.md"
@@ -58,9 +58,8 @@ def cell(values, name, fmt="{:.1f}"):
 
 def table(results):
     head = (
-        "| dtype | rows x cols | path | device us: softmax.py / torch.softmax / torch.compile "
-        "/ liger / copy | softmax.py GB/s | vs best peer | of copy | loop us: softmax.py / "
-        "torch.softmax / torch.compile / liger |"
+        f"| dtype | rows x cols | path | device us: {' / '.join(CANDIDATES)} | softmax.py "
+        f"GB/s | vs best peer | of copy | loop us: {' / '.join(CANDIDATES[:-1])} |"
     )
     lines = [head, "| --- | --- | --- | --- | ---: | ---: | ---: | --- |"]
     for p in results["points"]:
@@ -85,8 +84,9 @@ def section(results, json_path):
     stem = rel.with_suffix("")
     host, prof = results["host_us"], results["profiling"]
     refused = sorted(
-        {f"{c} ({p['cols']} columns)" for p in results["points"] for c in p.get("notes", {})}
-    )
+        {f"{c} ({p['cols']} columns{', wrong' if n.startswith('wrong') else ''})"
+         for p in results["points"] for c, n in p.get("notes", {}).items()}
+    )  # fmt: skip
     hosts = [c for c in [*CANDIDATES, "kernel[grid]", "compiled[grid]"] if c in host]
     host_row = " | ".join(f"{host[c]:.1f}" for c in hosts)
     vs_torch = results.get("host_vs_torch", {})
@@ -135,7 +135,7 @@ check included): `make profile` took {prof["profile_wall_s"]:.1f} s against
 {prof["run_wall_s"]:.1f} s for `make run` ({prof["profile_vs_run"]:.2f}x, medians of 3);
 Proton measured the kernel at {prof["proton_kernel_us"]:.2f} us a launch against
 {prof["device_us"]:.2f} us by graph replay.
-{f"Left out where they refused the shape: {', '.join(refused)}." if refused else ""}
+{f"Left out where they refused the shape or got it wrong: {', '.join(refused)}." if refused else ""}
 
 {plots}
 
@@ -203,8 +203,13 @@ def write_all(json_path):
     print(f"report: wrote {stem}.md, {stem}-<dtype>.png and {PAGE.relative_to(ROOT)}")
 
 
+def whole_runs(folder=ROOT / "bench" / "results"):
+    """The JSONs of whole sweeps in folder; a subset's (sweep.py --points) names its points."""
+    return [p for p in sorted(folder.glob("*.json")) if "subset" not in json.loads(p.read_text())]
+
+
 def main(argv):
-    paths = [Path(a) for a in argv] or sorted((ROOT / "bench" / "results").glob("*.json"))
+    paths = [Path(a) for a in argv] or whole_runs()
     if not paths:
         print("report: error: no results: run make bench on a GPU first", file=sys.stderr)
         return 2

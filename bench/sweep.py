@@ -20,6 +20,7 @@ Exit status: 0 done, 1 softmax.py gave a wrong result, 2 no GPU.
 """
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
@@ -52,6 +53,14 @@ from parse_hatchet import write_output  # noqa: E402
 SHAPES = [(4096, c) for c in (256, 512, 1024, 2048, 4096, 8192, 16384)]
 SHAPES += [(65536, 2048), (1024, 65536), (512, 131072), (256, 262144), (64, 1048576)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# Logits: tokens x vocabulary, from decoding (1 to 16 rows) to prefill and training.
+VOCABS = (32000, 50257, 128256, 151936, 256000)
+LOGITS = [(m, v) for v in VOCABS for m in (1, 16, 256, 4096)]
+LOGIT_DTYPES = [torch.bfloat16, torch.float32]
+# The backward against torch's: dtype, rows, cols.
+BACKWARD = [(torch.float32, 4096, 1024), (torch.bfloat16, 4096, 4096),
+            (torch.bfloat16, 4096, 16384), (torch.bfloat16, 1024, 65536)]  # fmt: skip
+POINTS = ("rows", "logits", "backward", "host", "profiling")
 PATHS = {sm.softmax_kernel: "fused", long_rows.softmax_long_rows_kernel: "tiles",
          long_rows.softmax_long_rows_lagged_kernel: "lagged tiles"}  # fmt: skip
 ROUNDS = 5
@@ -69,9 +78,21 @@ def copy_kernel(dst_ptr, src_ptr, n, BLOCK: tl.constexpr):
     tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n), mask=offs < n)
 
 
-def candidates(x):
+def quack():
+    """QuACK's softmax (quack-kernels, bench/requirements-quack.txt) where asked for and
+    importable; else None."""
+    try:
+        from quack.softmax import softmax_fwd
+    except ImportError as e:
+        print(f"sweep: QuACK left out: {e}", file=sys.stderr)
+        return None
+    return softmax_fwd
+
+
+def candidates(x, peers=()):
     """Name to a call computing the softmax of x's rows (or copying x), as users call
-    each. Liger refuses rows longer than 65536 columns: it is then left out."""
+    each. A peer that refuses the shape (Liger past 65536 columns, QuACK's rows of a length
+    not a multiple of 16 bytes) or gets it wrong is left out, with a note saying why."""
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
 
     dst = torch.empty_like(x)
@@ -81,15 +102,23 @@ def candidates(x):
         "torch.softmax": lambda: torch.softmax(x, dim=1),
         "torch.compile": lambda: compiled_softmax(x),
         "liger": lambda: LigerSoftmaxFunction.apply(x),
+        **{name: functools.partial(fn, x) for name, fn in peers},
         "copy": lambda: copy_kernel[grid](dst, x, x.numel(), BLOCK=4096, num_warps=8),
     }
+    ref = torch.softmax(x.float(), dim=1)
     notes = {}
     for name, fn in list(fns.items()):
         try:
-            fn()  # compiles, and proves the candidate accepts the shape
+            y = fn()  # compiles, and proves the candidate accepts the shape
         except Exception as e:  # noqa: BLE001 - any refusal: recorded, not fatal
             notes[name] = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
             del fns[name]
+            continue
+        if name not in ("softmax.py", "copy"):  # softmax.py's own error is the point's
+            err = (y.float() - ref).abs().max().item()
+            if not err <= sm.TOLERANCE[x.dtype]:  # a wrong result is not timed
+                notes[name] = f"wrong: max_abs_err={err:.3e}"
+                del fns[name]
     return fns, notes
 
 
@@ -124,10 +153,10 @@ def spread(seen):
     return {name: [min(v), max(v)] for name, v in seen.items()}
 
 
-def point(dtype, rows, cols):
+def point(dtype, rows, cols, peers=()):
     x = torch.randn(rows, cols, device="cuda").to(dtype)
     err = (sm.softmax(x).float() - torch.softmax(x.float(), dim=1)).abs().max().item()
-    fns, notes = candidates(x)
+    fns, notes = candidates(x, peers)
     device = rounds(fns, lambda fn: do_bench_cudagraph(fn, rep=10, return_mode="median") * 1e3)
     loop = rounds(fns, lambda fn: loop_us(fn, LOOP_CALLS))
     return {
@@ -142,6 +171,30 @@ def point(dtype, rows, cols):
         "loop_us": median(loop),
         "loop_us_spread": spread(loop),
         "notes": notes,
+    }
+
+
+def backward_point(dtype, rows, cols):
+    """Device time of softmax_op's backward against torch's softmax backward, both on the
+    same y and dy, by graph replay in interleaved rounds."""
+    y = sm.softmax(torch.randn(rows, cols, device="cuda").to(dtype))
+    dy = torch.randn_like(y)
+    fns = {
+        "softmax.py": lambda: softmax_op.softmax_backward(y, dy),
+        "torch": lambda: torch._softmax_backward_data(dy, y, -1, dtype),
+    }
+    xf = y.float().log().requires_grad_()  # softmax(log y) is y: torch's gradient in float32
+    (ref,) = torch.autograd.grad(torch.softmax(xf, -1), xf, dy.float())
+    err = (fns["softmax.py"]().float() - ref).abs().max().item()
+    device = rounds(fns, lambda fn: do_bench_cudagraph(fn, rep=10, return_mode="median") * 1e3)
+    return {
+        "dtype": str(dtype).removeprefix("torch."),
+        "rows": rows,
+        "cols": cols,
+        "max_abs_err": err,
+        "correct": err <= 2 * sm.TOLERANCE[dtype],
+        "device_us": median(device),
+        "device_us_spread": spread(device),
     }
 
 
@@ -163,6 +216,7 @@ def host_costs():
     fns["kernel[grid]"] = lambda: sm.softmax_kernel[grid](*args, num_warps=num_warps)
     _, run, _, fixed, _ = softmax_op.compile_launch(x)
     fns["compiled[grid]"] = lambda: run(torch.empty_like(x), x, *fixed)
+    fns["op"] = lambda: softmax_op.softmax_op(x)  # the path torch.compile and autograd take
     seen = rounds(fns, lambda fn: loop_us(fn, HOST_CALLS), HOST_ROUNDS)
     torch_us = seen["torch.softmax"]
     ratios = {
@@ -203,9 +257,17 @@ def profiling_cost(device_us):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--points", default=",".join(POINTS),
+                        help=f"a subset of {','.join(POINTS)}; a subset's JSON is named after "
+                        "it, and only a whole run rewrites the report")  # fmt: skip
+    parser.add_argument("--quack", action="store_true", help="QuACK as a peer, if importable")
     args = parser.parse_args()
+    points = args.points.split(",")
+    if not points or not set(points) <= set(POINTS):
+        parser.error(f"--points: a comma-separated subset of {','.join(POINTS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     torch._dynamo.config.recompile_limit = 64  # one Inductor graph per shape and dtype
+    peers = [("quack", fn)] if args.quack and (fn := quack()) else []
 
     results = {
         "device": torch.cuda.get_device_name(),
@@ -217,25 +279,40 @@ def main():
         "host_calls": HOST_CALLS,
         "points": [],
     }
-    for dtype in DTYPES:
-        for rows, cols in SHAPES:
-            p = point(dtype, rows, cols)
-            results["points"].append(p)
-            print(report.progress_line(p), flush=True)
-            torch.cuda.empty_cache()
-    results["host_us"], results["host_us_spread"], results["host_vs_torch"] = host_costs()
-    results["host_rounds"] = HOST_ROUNDS
-    print(f"sweep: host us per call {json.dumps(results['host_us'])}", flush=True)
-    default = next(p for p in results["points"] if p["dtype"] == "float32" and p["cols"] == 1024)
-    results["profiling"] = profiling_cost(default["device_us"]["softmax.py"])
-    print(f"sweep: profiling {json.dumps(results['profiling'])}", flush=True)
+    todo = [(d, r, c) for d in DTYPES for r, c in SHAPES] if "rows" in points else []
+    todo += [(d, m, v) for d in LOGIT_DTYPES for m, v in LOGITS] if "logits" in points else []
+    for dtype, rows, cols in todo:
+        p = point(dtype, rows, cols, peers)
+        results["points"].append(p)
+        print(report.progress_line(p), flush=True)
+        torch.cuda.empty_cache()
+    if "backward" in points:
+        results["backward"] = [backward_point(*b) for b in BACKWARD]
+        print(f"sweep: backward {json.dumps(results['backward'])}", flush=True)
+    if "host" in points:
+        results["host_us"], results["host_us_spread"], results["host_vs_torch"] = host_costs()
+        results["host_rounds"] = HOST_ROUNDS
+        print(f"sweep: host us per call {json.dumps(results['host_us'])}", flush=True)
+        print(f"sweep: host vs torch.softmax {json.dumps(results['host_vs_torch'])}", flush=True)
+    if "profiling" in points:
+        default = point(torch.float32, 4096, 1024)["device_us"]["softmax.py"]
+        results["profiling"] = profiling_cost(default)
+        print(f"sweep: profiling {json.dumps(results['profiling'])}", flush=True)
 
-    path = args.out / f"{report.slug(results['device'])}.json"
+    whole = set(points) == set(POINTS)
+    if not whole:
+        results["subset"] = points
+    name = report.slug(results["device"]) + ("" if whole else "-" + "-".join(points))
+    path = args.out / f"{name}.json"
     write_output(path, json.dumps(results, indent=1) + "\n")
-    report.write_all(path)
-    if not all(p["correct"] for p in results["points"]):
-        raise SystemExit(1)
+    if whole:
+        report.write_all(path)
+    if not all(p["correct"] for p in results["points"] + results.get("backward", [])):
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    status = main()
+    if status:
+        raise SystemExit(status)

@@ -222,3 +222,45 @@ def test_gpu_long_rows_replayed_from_a_cuda_graph(held, dtype):
         torch.cuda.synchronize()
         ref = torch.softmax(x.float(), dim=1)
         torch.testing.assert_close(y.float(), ref, atol=sm.TOLERANCE[dtype], rtol=0)
+
+
+@pytest.mark.parametrize(
+    "env, hip, usable",
+    [
+        ({}, False, 132),
+        ({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}, False, 66),
+        ({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "12.5"}, False, 16),
+        ({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "0"}, False, 0),
+        ({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "half"}, False, 0),
+        ({"HSA_CU_MASK": "0:0-15"}, True, 0),
+        ({"ROC_GLOBAL_CU_MASK": "0xffff"}, True, 0),
+        ({"HSA_CU_MASK": "0:0-15"}, False, 132),  # an AMD variable on NVIDIA: no effect
+    ],
+)
+def test_a_partitioned_gpu_holds_rows_only_on_the_sms_it_may_use(monkeypatch, env, hip, usable):
+    # A held row spins until all its tiles arrive: on SMs the process cannot use they
+    # never would. No MPS daemon can be started here: the variables stand in for it.
+    monkeypatch.setattr(sm, "HIP", hip)
+    assert lr.usable_sms(132, env) == usable
+    for name in ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "HSA_CU_MASK", "ROC_GLOBAL_CU_MASK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sm, "INTERPRET", False)
+    x = randn(2, 100 * 8192)  # 100 float32 tiles a row
+    kernel, grid, _, _, fixed = lr.launch(x, 132, 32, False)
+    held = usable >= 100
+    assert kernel is (lr.softmax_long_rows_kernel if held else lr.softmax_long_rows_lagged_kernel)
+    if not held:
+        assert fixed[6] == 100 + lr.LAG_PER_SM * usable  # lag: at least a row's tiles
+
+
+@pytest.mark.gpu
+def test_gpu_long_rows_under_an_mps_share(monkeypatch):
+    # Planned for a quarter of the SMs: rows of more tiles than that take the lagged path.
+    monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25")
+    monkeypatch.setattr(sm, "_launches", {})
+    n_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    x = randn(4, (n_sms // 4 + 1) * 8192)
+    assert lr.launch(x, n_sms, 32, False)[0] is lr.softmax_long_rows_lagged_kernel
+    check(x)
