@@ -11,7 +11,9 @@
 # override the recipe's for this run. --dry-run prints what would run, and runs nothing.
 # A run holds OUT for itself (a lock on OUT/.profile.lock) and first clears what an
 # earlier run of this tool wrote there: proton.<ext>, proton.rank<R>.<ext>, their phase
-# files (NAME.part_<P>.<ext>), NAME.provenance.json and summary.json.
+# files (NAME.part_<P>.<ext>), NAME.provenance.json and summary.json. Beside each
+# capture, NAME.provenance.json says what made it (Triton, torch, device, backend and mode
+# asked for and used) and the run's id, one a run: a summary never mixes runs.
 # SIGTERM or SIGINT end the workload: it gets the signal, profile.sh waits for it and
 # exits 143 or 130.
 # Exit status: the workload's own when it fails; 1 no usable capture, or a capture or
@@ -141,10 +143,15 @@ if [[ $backend == roc* || ($backend == auto && $vendor == amd) ]]; then
   fi
 fi
 
+# One id for every capture of this run, in its provenance.
+read -r run_id </proc/sys/kernel/random/uuid 2>/dev/null || run_id=$(date -u +%Y%m%dT%H%M%S)-$$
+
 # Proton's own command line where it can do the job (one process, no typed mode);
 # proton_launch.py, which does what it does, under a launcher (the rank goes into each
-# capture's name) and for a mode (3.6 and 3.7's command line drop it).
-launch=("$here/proton_launch.py" -n "$name")
+# capture's name) and for a mode (3.6 and 3.7's command line drop it). proton_launch.py
+# writes each capture's provenance; after a run it did not start, it writes only that.
+launch=("$here/proton_launch.py" -n "$name" --run-id "$run_id")
+record=()
 if [[ $mode == cli ]]; then
   flags=()
   [[ $backend == auto ]] || flags+=(-b "$backend")
@@ -152,6 +159,8 @@ if [[ $mode == cli ]]; then
   [[ -z $hook ]] || flags+=(-k "$hook")
   if ((alone)) && [[ -z $proton_mode && $backend != instrumentation ]]; then
     run=("$py" -m triton.profiler.proton -n "$name" "${flags[@]}" "${script[@]}")
+    record=("$py" "${launch[@]}" --provenance)
+    [[ $backend == auto ]] || record+=(-b "$backend")
   else
     [[ -z $proton_mode ]] || flags+=(--mode "$proton_mode")
     run=("${start[@]}" "${launch[@]}" "${flags[@]}" "${script[@]}")
@@ -159,6 +168,9 @@ if [[ $mode == cli ]]; then
 else
   run=("${cmd[@]}")
   ((alone)) || run=("${start[@]}" "${launch[@]}" --env "${script[@]}")
+  ((!alone)) || record=("$py" "${launch[@]}" --env --provenance)
+  [[ $backend == auto || ${#record[@]} -eq 0 ]] || record+=(-b "$backend")
+  [[ -z $proton_mode || ${#record[@]} -eq 0 ]] || record+=(--mode "$proton_mode")
   setenv AORTA_PROTON_DIR "$out"
   setenv AORTA_PROTON_NAME "$name"
   setenv AORTA_PROTON_CONTEXT "$context"
@@ -288,6 +300,10 @@ run_child() {  # run "$@" as the child; its exit status in $status
 
 run_child "${run[@]}"
 ((status == 0)) || die "$status" "the command exited $status; no summary written"
+if ((${#record[@]})); then
+  run_child "${record[@]}"
+  ((status == 0)) || echo "profile.sh: warning: no provenance written (exit $status)" >&2
+fi
 
 written "$captures"
 ((${#found[@]})) || die 1 "no $name.$ext: the run wrote no profile (Triton 3.6 loses it when the script raises or calls sys.exit; in env mode the payload must call proton.start() and proton.finalize())"

@@ -2,7 +2,9 @@
 two things that command cannot do: one capture per rank, and an instrumentation mode.
 
     python proton_launch.py [-n NAME] [-b BACKEND] [-c CONTEXT] [-d DATA] [-k triton]
-                            [--mode MODE] [--env] SCRIPT.py [ARGS ...]
+                            [--mode MODE] [--env] [--run-id ID] SCRIPT.py [ARGS ...]
+    python proton_launch.py --provenance [-n NAME] [-b BACKEND] [--mode MODE] [--env]
+                            [--run-id ID]
 
 Under a launcher that starts one process per GPU (torchrun sets RANK, Slurm's srun
 SLURM_PROCID, mpirun OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK), each process writes
@@ -21,11 +23,20 @@ Triton-language scopes are enabled (pl.enable_semantic). Other backends get the 
 --env starts no profiler: it only exports AORTA_PROTON_NAME with the rank in it, for a
 script that calls proton.start() itself (a recipe's mode: env).
 
+Beside each capture it writes NAME[.rank<R>].provenance.json, what made it: the Triton
+and torch versions, the device, the backend and mode asked for and those used (null
+where the run cannot tell: a script that starts Proton itself chooses its own), and
+the run's --run-id. --provenance writes only that file, for a run that Proton's own
+command line made in this environment (so that Proton would choose the same backend).
+
 Exit status: the script's own; 2 for bad arguments or a GPU the backend cannot
 instrument.
 """
 
 import argparse
+import importlib
+import importlib.metadata
+import json
 import os
 import runpy
 import sys
@@ -33,6 +44,8 @@ import sys
 # The instrumentation backend reads the SM (CU) id, which AMD's compiler does only for
 # these architectures; it stops with a fatal error on any other.
 AMD_INSTRUMENTABLE = ("gfx942", "gfx950")
+# The device nodes of NVIDIA's and AMD's drivers.
+GPU_NODES = ("/dev/nvidiactl", "/dev/kfd")
 
 
 def fail(message):
@@ -48,7 +61,7 @@ class _Parser(argparse.ArgumentParser):
 # The options that take a value: the first word that is neither one of them, nor a value,
 # nor an option is the script.
 VALUED = {"-n", "--name", "-b", "--backend", "-c", "--context", "-d", "--data", "-k", "--hook",
-          "--mode"}  # fmt: skip
+          "--mode", "--run-id"}  # fmt: skip
 
 
 def parse(argv):
@@ -65,9 +78,17 @@ def parse(argv):
     parser.add_argument("-k", "--hook", choices=["triton"])
     parser.add_argument("--mode", help="instrumentation mode, e.g. default:granularity=warp")
     parser.add_argument("--env", action="store_true", help="export the name; start nothing")
-    parser.add_argument("script", metavar="SCRIPT.py")
+    parser.add_argument("--run-id", help="the run's id, for the provenance file")
+    parser.add_argument("--provenance", action="store_true", help="write only the provenance")
+    parser.add_argument("script", metavar="SCRIPT.py", nargs="?")
     args = parser.parse_args(argv)
     args.args = script_args
+    if args.provenance:
+        if args.script is not None:
+            fail("--provenance runs no script")
+        return args
+    if args.script is None:
+        fail("no script: give SCRIPT.py")
     if not args.script.endswith(".py"):
         fail(f"expected a .py script, got {args.script[:60]!r}")
     if not os.path.isfile(args.script):
@@ -169,13 +190,93 @@ def run_script(script, args):
     return 0
 
 
+def backend_chosen(backend):
+    """The backend Proton uses when asked for `backend` (None or auto: its own choice, by
+    its private _select_backend, the function proton.start calls); None where it cannot
+    tell (no GPU, or a Triton without that function)."""
+    if backend not in (None, "auto"):
+        return backend
+    try:
+        from triton.profiler.profile import _select_backend
+
+        return str(_select_backend())
+    except Exception:  # no active driver, or another Triton
+        return None
+
+
+def version(module):
+    """A module's version: from the module where it is loaded, else from its package's
+    metadata (no import: torch's takes seconds), else by importing it; None without it."""
+    if module not in sys.modules:
+        try:
+            return importlib.metadata.version(module)
+        except importlib.metadata.PackageNotFoundError:  # another name: a ROCm build's
+            pass
+    try:
+        return importlib.import_module(module).__version__
+    except Exception:
+        return None
+
+
+def device_name():
+    """The current GPU's name; None where none is visible (torch is imported only where a
+    driver's device node says there may be one)."""
+    if "torch" not in sys.modules and not any(map(os.path.exists, GPU_NODES)):
+        return None
+    try:
+        import torch
+
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    except Exception:  # no torch, or a GPU that cannot be queried
+        return None
+
+
+def provenance(args, backend_used, mode_used):
+    """What made this process's capture, every value a short string or None."""
+    record = {"triton": version("triton"), "torch": version("torch"), "device": device_name(),
+              "backend_asked": args.backend or "auto", "backend_used": backend_used,
+              "mode_asked": args.mode, "mode_used": mode_used, "run_id": args.run_id}  # fmt: skip
+    return {key: None if v is None else str(v)[:200] for key, v in record.items()}
+
+
+def write_provenance(name, record):
+    """NAME.provenance.json, replaced atomically (a link is written through); a failure is
+    a warning: the capture stands without it."""
+    path = f"{name}.provenance.json"
+    text = json.dumps(record, indent=2) + "\n"
+    try:
+        if os.path.islink(path) or (os.path.exists(path) and not os.path.isfile(path)):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            return
+        folder, base = os.path.split(path)
+        temporary = os.path.join(folder, f".{base[:200]}.{os.getpid()}")
+        # O_EXCL: never through a file someone else put there; 0o666: the umask's mode.
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as e:
+        print(f"proton_launch: warning: no {path[:200]}: {e.strerror or e}", file=sys.stderr)
+
+
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
     name = rank_name(args.name)
     export_local_rank()
-    if args.env:
-        os.environ["AORTA_PROTON_NAME"] = name
-        return run_script(args.script, args.args)
+    if args.provenance or args.env:
+        # The script (or Proton's command line) chose its own backend and mode.
+        status = 0
+        if not args.provenance:
+            os.environ["AORTA_PROTON_NAME"] = name
+            status = run_script(args.script, args.args)
+        used = (backend_chosen(args.backend), None) if not args.env else (None, None)
+        write_provenance(name, provenance(args, *used))
+        return status
 
     import triton.profiler as proton
 
@@ -187,12 +288,14 @@ def main(argv=None):
         pl.enable_semantic("triton")
         mode = typed_mode(args.mode or "default")
     backend = args.backend if args.backend not in (None, "auto") else None
+    used = (backend_chosen(backend), None if mode is None else str(mode))
     proton.start(name, context=args.context, data=args.data, backend=backend, mode=mode,
                  hook=args.hook)  # fmt: skip
     try:
         return run_script(args.script, args.args)
     finally:
         proton.finalize()
+        write_provenance(name, provenance(args, *used))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ that writes a given capture."""
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import triton
 import yaml
 from conftest import ROOT, run
 
@@ -46,10 +48,12 @@ def recipe(tmp_path, **proton):
 
 
 def dry_run(*args, **kw):
-    """The lines of the command a dry run prints (not the summariser's, which it adds)."""
+    """The lines of the command a dry run prints (not the summariser's, which it adds),
+    without the run's id, new each run."""
     p = profile("--dry-run", *args, **kw)
     assert p.returncode == 0, p.stderr
-    return [line for line in p.stdout.splitlines() if not line.startswith("# then: ")]
+    lines = [line for line in p.stdout.splitlines() if not line.startswith("# then: ")]
+    return [re.sub(r" --run-id [0-9A-Za-z-]+", "", line) for line in lines]
 
 
 def summariser(*args, **kw):
@@ -435,7 +439,8 @@ def test_only_this_tool_s_files_are_cleared_and_only_this_run_s_summarised(tmp_p
         (out / file).write_bytes(tree)
     p, _ = fake_run(tmp_path, TRACE, options=["--data", "trace"])
     assert p.returncode == 0, p.stderr
-    assert not [file for file in stale[:-1] if (out / file).exists()]
+    # Gone, or written anew by this run (its provenance, its summary).
+    assert not [f for f in stale if (out / f).exists() and (out / f).read_bytes() == tree]
     assert all((out / file).read_bytes() == tree for file in theirs)
     summary = json.loads((out / "summary.json").read_text())
     assert "add_kernel" not in summary["proton_top_kernels"]
@@ -551,8 +556,7 @@ def _check_capture(p, out, hook):
     assert "vector_add: PASS" in p.stdout
     assert (out / "proton.hatchet").is_file()
     summary = json.loads((out / "summary.json").read_text())
-    top = summary["proton_kernels"][0]
-    assert top["name"].startswith("vector_add_kernel")
+    (top,) = [k for k in summary["proton_kernels"] if k["name"].startswith("vector_add_kernel")]
     assert top["launches"] == ITERS + 1
     assert ("gbyte_per_s" in top) == hook
     if hook:  # named by the payload's launch_metadata, with the bytes it moves
@@ -569,6 +573,10 @@ def _check_capture(p, out, hook):
 def test_gpu_make_profile(tmp_path):
     p = make("profile", tmp_path)
     _check_capture(p, tmp_path / "profile", hook=False)
+    made = json.loads((tmp_path / "profile" / "summary.json").read_text())["proton_provenance"]
+    assert made["triton"] == triton.__version__ and made["device"] and made["run_id"]
+    assert made["backend_asked"] == "auto" and made["backend_used"] in ("cupti", "roctracer",
+                                                                       "rocprofiler")  # fmt: skip
 
 
 @pytest.mark.gpu
@@ -597,6 +605,24 @@ def test_gpu_make_intra(tmp_path):
     scopes = {s["scope"]: s for s in summary["proton_scopes"]}
     assert set(scopes) == {"load", "store"}
     assert sum(s["share"] for s in scopes.values()) == pytest.approx(1.0)
+    made = summary["proton_provenance"]
+    assert made["backend_used"] == "instrumentation" and made["mode_used"].startswith("default")
+
+
+GRAPH, REPLAYS = "tests/payloads/graph_replay.py", 50
+
+
+@pytest.mark.gpu
+def test_gpu_a_cuda_graph_s_replays_are_counted_in_tree_and_trace(tmp_path):
+    launches = {}
+    for target in ("profile", "trace"):
+        p = make(target, tmp_path, script=GRAPH, args=f"--replays {REPLAYS}")
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "graph_replay: PASS" in p.stdout
+        summary = json.loads((tmp_path / target / "summary.json").read_text())
+        ours = [k for k in summary["proton_kernels"] if k["name"].startswith("scale_kernel")]
+        launches[target] = sum(k["launches"] for k in ours)
+    assert launches["profile"] >= REPLAYS and launches["trace"] == launches["profile"], launches
 
 
 @pytest.mark.gpu
@@ -839,3 +865,52 @@ def test_the_launcher_keeps_the_script_s_words_as_given(tmp_path):
     p = subprocess.run([PY, LAUNCH, "--env", "-n", tmp_path / "proton", script, "--", "-n", "x",
                         "--"], env={**env, "SLURM_LOCALID": "1"}, capture_output=True, text=True)  # fmt: skip
     assert p.returncode == 0 and p.stdout == "['--', '-n', 'x', '--'] 1\n", p.stderr
+
+
+# Provenance: what made each capture, and the run it belongs to.
+
+
+def test_each_run_s_captures_carry_its_provenance_and_id(tmp_path):
+    ids = []
+    for _ in range(2):
+        p, out = fake_run(tmp_path, TREE)
+        assert p.returncode == 0, p.stderr
+        record = json.loads((out / "proton.provenance.json").read_text())
+        assert set(record) == {"triton", "torch", "device", "backend_asked", "backend_used",
+                               "mode_asked", "mode_used", "run_id"}  # fmt: skip
+        assert record["triton"] == triton.__version__ and record["backend_asked"] == "auto"
+        assert record["backend_used"] is None  # an env-mode payload chose its own
+        assert json.loads((out / "summary.json").read_text())["proton_provenance"] == record
+        ids.append(record["run_id"])
+    assert ids[0] and ids[0] != ids[1]
+
+
+def test_each_rank_writes_its_own_provenance(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("")
+    p = run(PY, LAUNCH, "--env", "-n", tmp_path / "proton", "--run-id", "r1", "-b", "cupti",
+            script, env={"RANK": "2"})  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    record = json.loads((tmp_path / "proton.rank2.provenance.json").read_text())
+    assert record["run_id"] == "r1" and record["backend_asked"] == "cupti"
+    p = run(PY, LAUNCH, "--provenance", "-n", tmp_path / "cli", "-b", "cupti", "--run-id", "r2")
+    assert p.returncode == 0, p.stderr
+    record = json.loads((tmp_path / "cli.provenance.json").read_text())
+    assert record["backend_used"] == "cupti" and record["run_id"] == "r2"
+
+
+def test_provenance_is_replaced_atomically_with_the_umask_s_mode(tmp_path):
+    target = tmp_path / "elsewhere.json"
+    target.write_text("old")
+    (tmp_path / "linked.provenance.json").symlink_to(target)
+    old = os.umask(0o027)
+    try:
+        proton_launch.write_provenance(str(tmp_path / "plain"), {"run_id": "x"})
+        proton_launch.write_provenance(str(tmp_path / "linked"), {"run_id": "y"})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "plain.provenance.json").stat().st_mode & 0o777 == 0o640
+    assert json.loads(target.read_text()) == {"run_id": "y"}  # written through the link
+    assert sorted(f.name for f in tmp_path.iterdir()) == [
+        "elsewhere.json", "linked.provenance.json", "plain.provenance.json"
+    ]  # fmt: skip
