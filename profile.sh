@@ -217,44 +217,10 @@ esac
 for var in "${unsets[@]}"; do unset "$var"; done
 for var in "${order[@]}"; do export "$var=${exports[$var]}"; done
 
-# OUT is this run's alone: a second run into it would summarise this one's captures, or
-# clear them while they are written. The lock lasts as long as this process and any
-# workload it leaves behind; its file stays, so that every run locks the same file.
-mkdir -p -- "$out" 2>/dev/null || die 2 "cannot make the directory ${out:0:200}"
-{ exec {lock}>>"$out/.profile.lock"; } 2>/dev/null ||
-  die 2 "cannot write into ${out:0:200} (read-only, or not yours)"
-flock -n -E 75 "$lock" 2>/dev/null || {
-  status=$?
-  ((status != 75)) || die 2 "${out:0:200} is in use by another profile.sh run; pick another --output"
-  die 2 "cannot lock ${out:0:200} (flock exit $status)"
-}
-probe=$(mktemp -p "$out" .profile.XXXXXX 2>/dev/null) ||
-  die 2 "cannot write into ${out:0:200} (read-only, or not yours)"
-rm -f -- "$probe"
-
-# The files this tool writes into OUT: each rank's capture (proton.rank<R>, or proton
-# alone) in each format, its phases, its provenance. Others' files there are never touched.
-captures='(\.rank[0-9]+)?(\.part_[0-9]+)?\.(hatchet|hatchet_msgpack|chrome_trace)'
-provenance='(\.rank[0-9]+)?\.provenance\.json'
-shopt -s nullglob
-written() {  # $1: a regular expression for what follows "proton"; the files in $found
-  local file
-  found=()
-  for file in "$name"*; do
-    [[ ${file#"$name"} =~ ^($1)$ ]] && found+=("$file")
-  done
-  return 0
-}
-
-# What an earlier run of this tool wrote (of any number of ranks, data or phases) must not
-# pass for this run's.
-written "$captures|$provenance"
-[[ ! -e $out/summary.json && ! -L $out/summary.json ]] || found+=("$out/summary.json")
-((${#found[@]} == 0)) || rm -f -- "${found[@]}"
-
 # The workload runs as a child that signals reach (bash would otherwise hold a trap until
 # it ends), on this terminal: it may read it, and Ctrl-C reaches it from there.
 child=
+probe=
 alive() {
   local stat
   { read -r stat <"/proc/$child/stat"; } 2>/dev/null || return 1
@@ -285,11 +251,53 @@ stop() {  # $1 the signal, $2 the exit status it gives
     fi
     while alive; do wait "$child" 2>/dev/null || :; done
   fi
+  [[ -z $probe ]] || rm -f -- "$probe"
   echo "profile.sh: stopped by SIG$1; the command ended, no summary written" >&2
   exit "$2"
 }
 trap 'stop INT 130' INT
 trap 'stop TERM 143' TERM
+
+# OUT is this run's alone: a second run into it would summarise this one's captures, or
+# clear them while they are written. The lock lasts as long as this process and any
+# workload it leaves behind; its file stays, so that every run locks the same file.
+mkdir -p -- "$out" 2>/dev/null || die 2 "cannot make the directory ${out:0:200}"
+lockfile=$out/.profile.lock
+# A link would lock (and create) a file elsewhere; opening a pipe would block.
+[[ ! -L $lockfile && (! -e $lockfile || -f $lockfile) ]] ||
+  die 2 "${lockfile:0:200}: not a regular file; remove it"
+{ exec {lock}>>"$lockfile"; } 2>/dev/null ||
+  die 2 "cannot write into ${out:0:200} (read-only, or not yours)"
+flock -n -E 75 "$lock" 2>/dev/null || {
+  status=$?
+  ((status != 75)) || die 2 "${out:0:200} is in use by another profile.sh run; pick another --output"
+  die 2 "cannot lock ${out:0:200} (flock exit $status)"
+}
+probe=$(mktemp -p "$out" .profile.XXXXXX 2>/dev/null) ||
+  die 2 "cannot write into ${out:0:200} (read-only, or not yours)"
+rm -f -- "$probe"
+probe=
+
+# The files this tool writes into OUT: each rank's capture (proton.rank<R>, or proton
+# alone) in each format, its phases, its provenance. Others' files there are never touched.
+captures='(\.rank[0-9]+)?(\.part_[0-9]+)?\.(hatchet|hatchet_msgpack|chrome_trace)'
+provenance='(\.rank[0-9]+)?\.provenance\.json'
+shopt -s nullglob
+written() {  # $1: a regular expression for what follows "proton"; the files in $found
+  local file
+  found=()
+  for file in "$name"*; do
+    [[ ${file#"$name"} =~ ^($1)$ ]] && found+=("$file")
+  done
+  return 0
+}
+
+# What an earlier run of this tool wrote (of any number of ranks, data or phases) must not
+# pass for this run's.
+written "$captures|$provenance"
+[[ ! -e $out/summary.json && ! -L $out/summary.json ]] || found+=("$out/summary.json")
+((${#found[@]} == 0)) || rm -f -- "${found[@]}"
+
 run_child() {  # run "$@" as the child; its exit status in $status
   (trap - INT QUIT TERM; exec "$@") <&0 &
   child=$!

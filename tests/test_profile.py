@@ -2,8 +2,10 @@
 refuses, and how it checks a capture. The post-run checks use a fake env-mode payload
 that writes a given capture."""
 
+import contextlib
 import json
 import os
+import pty
 import re
 import shlex
 import shutil
@@ -375,7 +377,13 @@ if what == "fail":
     raise SystemExit(7)
 if what == "wait":  # stands for a long run: says it started, then writes late
     open(sys.argv[2], "w").write(str(os.getpid()))
-    time.sleep(float(sys.argv[3]))
+    try:
+        time.sleep(float(sys.argv[3]))
+    except KeyboardInterrupt:  # takes its time to end, as Proton writing a capture does
+        print("interrupted,", flush=True)
+        time.sleep(2.5)
+        print("finished", flush=True)
+        raise SystemExit(130)
 if what == "read":  # reads the terminal (stdin)
     print("read:", sys.stdin.readline().strip())
 if what != "none":
@@ -914,3 +922,69 @@ def test_provenance_is_replaced_atomically_with_the_umask_s_mode(tmp_path):
     assert sorted(f.name for f in tmp_path.iterdir()) == [
         "elsewhere.json", "linked.provenance.json", "plain.provenance.json"
     ]  # fmt: skip
+
+
+def in_terminal(args):
+    """profile.sh started on a terminal of its own, as the foreground job: (pid, the
+    terminal's other end)."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: nothing of pytest's may run here
+        try:
+            os.environ["PROFILE_ASSUME_GPU"] = "1"
+            os.execv(str(PROFILE), [str(PROFILE), *map(str, args)])
+        finally:
+            os._exit(127)
+    return pid, fd
+
+
+def finish(pid, fd):
+    """What the terminal showed, and the exit status."""
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the terminal closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(fd)
+    return shown.decode(errors="replace"), os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_on_a_terminal_the_workload_reads_it(tmp_path):
+    args, _ = fake_args(tmp_path, "read", TREE)
+    pid, fd = in_terminal(args)
+    os.write(fd, b"typed\n")
+    shown, status = finish(pid, fd)
+    assert status == 0 and "read: typed" in shown, shown
+
+
+def test_ctrl_c_on_a_terminal_ends_the_workload_once(tmp_path):
+    started, out = tmp_path / "started", tmp_path / "out"
+    args, _ = fake_args(tmp_path, "wait", started, "30", TREE)
+    pid, fd = in_terminal(args)
+    try:
+        wait_for(started)
+        os.write(fd, b"\x03")  # Ctrl-C: SIGINT to the terminal's foreground group
+        shown, status = finish(pid, fd)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert status == 130 and gone(int(started.read_text())), shown
+    # The workload got one interrupt, from the terminal: its exit was not cut short.
+    assert "stopped by SIGINT" in shown and "interrupted,\r\nfinished" in shown, shown
+    assert sorted(f.name for f in out.iterdir()) == [".profile.lock"]
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_lock_file_that_is_not_a_file_is_refused(tmp_path, kind):
+    out = tmp_path / "out"
+    out.mkdir()
+    if kind == "link":
+        (out / ".profile.lock").symlink_to(tmp_path / "elsewhere")
+    else:
+        os.mkfifo(out / ".profile.lock")  # opening it to write would block
+    p, _ = fake_run(tmp_path, TREE)
+    assert p.returncode == 2 and "not a regular file" in p.stderr
+    assert not (tmp_path / "elsewhere").exists()
