@@ -26,8 +26,6 @@ import triton.language as tl  # noqa: E402
 import triton.profiler.language as pl  # noqa: E402
 from triton import knobs  # noqa: E402
 
-# Run as a script, this is also the softmax that long_rows.py and softmax_op.py import.
-sys.modules.setdefault("softmax", sys.modules[__name__])
 INTERPRET = knobs.runtime.interpret
 DEVICE = "cpu" if INTERPRET else "cuda"
 HIP = torch.version.hip is not None
