@@ -20,8 +20,9 @@ import threading
 # Run as a script, this module is also the softmax_op that softmax.py imports, so that its
 # ops are registered once (not where a runner executes it in a namespace of its own, as
 # Proton's CLI does). softmax.py first: it picks Triton's interpreter where there is no GPU.
-if vars(sys.modules.get(__name__, sys)) is globals():
-    sys.modules.setdefault("softmax_op", sys.modules[__name__])
+_this = sys.modules.get(__name__, sys)
+if vars(_this) is globals():
+    sys.modules.setdefault("softmax_op", _this)
 import softmax  # noqa: E402
 
 # isort: split
