@@ -22,6 +22,9 @@ NPROC ?= 1
 RECIPE ?= recipe.yaml
 OUT ?= profiling_results
 PYTEST_ARGS ?=
+# make bench: a subset of its points (rows, logits, backward, host, profiling); QUACK=1 adds QuACK.
+POINTS ?=
+QUACK ?=
 # The container: GPU=rocm (default) or nvidia picks the base image and docker's flags.
 GPU ?= rocm
 ROCM_BASE ?= rocm/pytorch:rocm7.14_ubuntu24.04_py3.12_pytorch_release_2.11.0
@@ -44,7 +47,7 @@ SHELL := bash
 help: ## list the targets
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: SCRIPT ARGS (default ROWS COLS DTYPE ITERS) TRACE_ARGS (TRACE_ITERS) NPROC"
-	@echo "             RECIPE OUT PYTHON VENV TORCH TRITON PYTEST_ARGS"
+	@echo "             RECIPE OUT PYTHON VENV TORCH TRITON PYTEST_ARGS POINTS QUACK"
 	@echo "             GPU (rocm|nvidia) ROCM_BASE NVIDIA_BASE BASE_IMAGE PROJECT IMAGE"
 
 setup: $(VENV)/.installed ## make .venv: the platform's torch and triton, plus requirements-dev.txt
@@ -96,8 +99,13 @@ view: setup ## print make profile's tree (proton-viewer -m time/ms)
 	  [[ -f $$f ]] || { echo "make view: no capture in $$dir: run make profile first" >&2; exit 1; }; \
 	  $(call q,$(PY)) -m triton.profiler.viewer -m time/ms -f function_line "$$f"
 
-bench: setup $(VENV)/.bench ## GPU only: device, loop and host time against peers, into bench/results
-	$(call q,$(PY)) bench/sweep.py
+bench: setup $(VENV)/.bench $(if $(QUACK),$(VENV)/.bench-quack) ## GPU only: the example against peers, into bench/results (POINTS=logits,..., QUACK=1)
+	$(call q,$(PY)) bench/sweep.py $(if $(POINTS),--points $(call q,$(POINTS))) $(if $(QUACK),--quack)
+
+# QuACK pulls CUDA libraries: asked for only, and never on a ROCm image.
+$(VENV)/.bench-quack: bench/requirements-quack.txt
+	$(call q,$(PY)) -m pip install -q -r bench/requirements-quack.txt
+	touch $(call q,$@)
 
 $(VENV)/.bench: bench/requirements.txt
 	$(call q,$(PY)) -m pip install -q -r bench/requirements.txt
