@@ -929,11 +929,11 @@ def test_provenance_is_replaced_atomically_with_the_umask_s_mode(tmp_path):
 def in_terminal(args):
     """profile.sh started on a terminal of its own, as the foreground job: (pid, the
     terminal's other end)."""
+    argv, env = [str(PROFILE), *map(str, args)], {**os.environ, "PROFILE_ASSUME_GPU": "1"}
     pid, fd = pty.fork()
-    if pid == 0:  # the child: nothing of pytest's may run here
+    if pid == 0:  # the child only replaces itself: nothing of pytest's may run here
         try:
-            os.environ["PROFILE_ASSUME_GPU"] = "1"
-            os.execv(str(PROFILE), [str(PROFILE), *map(str, args)])
+            os.execve(argv[0], argv, env)
         finally:
             os._exit(127)
     return pid, fd
