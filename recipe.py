@@ -1,11 +1,12 @@
 """Read an aorta recipe's collect.proton block and check it as aorta does.
 
-    python -I recipe.py RECIPE [DATA] [BACKEND] [CONTEXT]
+    PYTHONSAFEPATH=1 python recipe.py RECIPE [DATA] [BACKEND] [CONTEXT]
 
 Prints the options profile.sh needs, one a line, in the order of FIELDS (an unset one
 as an empty line); DATA, BACKEND and CONTEXT, when not empty, override the recipe's for
-one run and are checked the same way. profile.sh runs this with the workload's own interpreter,
-in isolated mode (-I), so that nothing in the current folder is imported.
+one run and are checked the same way. profile.sh runs this with the workload's own
+interpreter, by its path and with PYTHONSAFEPATH, so that nothing in the current folder is
+imported while PYTHONPATH still is (a PyYAML installed there is found; -I would hide it).
 Exit status: 0, or 2 with one line on stderr for a recipe aorta would refuse.
 """
 
