@@ -217,8 +217,9 @@ def main(argv=None):
     # Input, output and float32 reference refused up front, not halfway out of memory.
     dtype = DTYPES[args.dtype]
     need = args.rows * args.cols * (2 * dtype.itemsize + 3 * 4)
-    pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if INTERPRET else 0
-    if need > (free := pages or torch.cuda.mem_get_info()[0]):
+    page = os.sysconf("SC_PAGE_SIZE")
+    free = page * os.sysconf("SC_AVPHYS_PAGES") if INTERPRET else torch.cuda.mem_get_info()[0]
+    if need > free:
         print(f"{tag}: error: {args.rows} x {args.cols} {args.dtype} needs about "
               f"{need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free on {DEVICE}",
               file=sys.stderr)  # fmt: skip

@@ -8,20 +8,10 @@ on a real GPU at full size.
 
 import pytest
 import torch
-from test_softmax import DTYPES, check, randn
+from test_softmax import DTYPES, check, randn, tiled  # noqa: F401 (a fixture)
 
 import long_rows as lr
 import softmax as sm
-
-
-@pytest.fixture
-def tiled(monkeypatch):
-    """Rows longer than 8 columns cut into tiles of 32 bytes (8 float32 or 16 half
-    columns): in the interpreter, the kernel that writes each tile lag tickets after
-    reducing it."""
-    monkeypatch.setattr(sm, "MAX_FUSED_COLS", 8)
-    monkeypatch.setattr(lr, "TILE_BYTES", 32)
-    monkeypatch.setattr(sm, "_launches", {})  # launches bound to the real limits' kernels
 
 
 def plan(n_rows, n_cols, itemsize=4, aligned=False, n_sms=1, interpret=True):
@@ -30,12 +20,14 @@ def plan(n_rows, n_cols, itemsize=4, aligned=False, n_sms=1, interpret=True):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(3, 9), (2, 15), (4, 16), (3, 17), (2, 100), (5, 1025)], ids=str)
-def test_tiled_path_matches_torch(tiled, shape, dtype):
+@pytest.mark.usefixtures("tiled")
+def test_tiled_path_matches_torch(shape, dtype):
     assert plan(*shape, dtype.itemsize).kernel is lr.softmax_long_rows_lagged_kernel
     check(randn(*shape, dtype))
 
 
-def test_long_rows_merge_their_partials_a_chunk_at_a_time(tiled, monkeypatch):
+@pytest.mark.usefixtures("tiled")
+def test_long_rows_merge_their_partials_a_chunk_at_a_time(monkeypatch):
     # The row's last tile merges its partials MERGE_TILES at a time, with a running max
     # and sum: here 2 at a time over 25 tiles, the first chunks all -inf in one row.
     monkeypatch.setattr(lr, "MERGE_TILES", 2)
