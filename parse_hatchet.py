@@ -23,7 +23,7 @@ summary is written but a capture found was not read, or a rank of --world-size h
 (proton_unread names them), or nothing to summarise (the JSON names only
 proton_artifact_dir; stderr says why: no kernel, captures of different runs, a --diff
 base with no timed kernel); 2 usage, an input or output refused, or an output that could
-not be written; 130 interrupted.
+not be written; 130 interrupted, 143 terminated (SIGTERM; a half-written -o removed).
 
 The source reads in this order: finding and reading captures, aorta's five keys, the
 summary, one section per view (kernels, call sites, timeline, ranks, scopes, diff),
@@ -39,6 +39,7 @@ import json
 import math
 import os
 import re
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -1568,8 +1569,17 @@ def capture_kinds(found):
     return kinds
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is, so that a half-written output is removed."""
+
+
+def _terminate(signum, frame):
+    raise Terminated
+
+
 def main(argv=None):
     args = parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return run(args)
     except (Refused, OSError) as e:  # OSError: an output that cannot be written
@@ -1578,6 +1588,11 @@ def main(argv=None):
     except KeyboardInterrupt:  # Ctrl-C, a deep tree's decoding included
         say("interrupted")
         return 130
+    except Terminated:
+        say("terminated")
+        return 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(args):

@@ -3,6 +3,7 @@ per-call-site views, and the command line's output files and exit codes."""
 
 import json
 import os
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -1088,3 +1089,24 @@ def test_top_limits_every_table_and_warnings_print_paths(tmp_path):
 def test_top_limits_scope_rows():
     s, _ = summary(FIXTURES / "h200-intra.hatchet")
     assert len(ph.scopes_table(s, 2)) == 1 + 2
+
+
+def test_sigterm_while_the_output_is_written_leaves_no_temporary_file(
+    tmp_path, capsys, monkeypatch
+):
+    # SIGTERM lands between writing -o's temporary file and renaming it over the target:
+    # the temporary file goes, the target keeps its old contents, and the exit is 143.
+    out = tmp_path / "summary.json"
+    out.write_text("old")
+    real_replace = os.replace
+
+    def replace_after_sigterm(src, dst):
+        os.kill(os.getpid(), signal.SIGTERM)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ph.os, "replace", replace_after_sigterm)
+    status = ph.main([str(FIXTURES / "h200-softmax-python.hatchet"), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert status == 143 and err.endswith("parse_hatchet: terminated\n")
+    assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back as it was
