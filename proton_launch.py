@@ -39,6 +39,7 @@ import importlib.metadata
 import json
 import os
 import runpy
+import signal
 import sys
 
 # The instrumentation backend reads the SM (CU) id, which AMD's compiler does only for
@@ -251,15 +252,20 @@ def write_provenance(name, record):
             return
         folder, base = os.path.split(path)
         temporary = os.path.join(folder, f".{base[:200]}.{os.getpid()}")
-        # O_EXCL: never through a file someone else put there; 0o666: the umask's mode.
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        # SIGTERM and SIGINT wait until the file is in place: none leaves the temporary file.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+            # O_EXCL: never through a file someone else put there; 0o666: the umask's mode.
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                os.replace(temporary, path)
+            except BaseException:
+                os.unlink(temporary)
+                raise
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
     except OSError as e:
         print(f"proton_launch: warning: no {path[:200]}: {e.strerror or e}", file=sys.stderr)
 

@@ -926,6 +926,22 @@ def test_provenance_is_replaced_atomically_with_the_umask_s_mode(tmp_path):
     ]  # fmt: skip
 
 
+def test_provenance_is_written_with_sigterm_and_sigint_held_off(tmp_path, monkeypatch):
+    # A signal between the temporary file and its rename would leave the temporary file:
+    # both wait until the file is in place.
+    held = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        held.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(proton_launch.os, "replace", replace)
+    proton_launch.write_provenance(str(tmp_path / "p"), {"run_id": "x"})
+    assert {signal.SIGTERM, signal.SIGINT} <= held[0]
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
 def in_terminal(args):
     """profile.sh started on a terminal of its own, as the foreground job: (pid, the
     terminal's other end)."""
