@@ -25,6 +25,8 @@ PYTEST_ARGS ?=
 # make bench: a subset of its points (rows, logits, backward, host, profiling); QUACK=1 adds QuACK.
 POINTS ?=
 QUACK ?=
+# make bench-report MERGE='part.json part.json': subset runs joined into one whole run.
+MERGE ?=
 # The container: GPU=rocm (default) or nvidia picks the base image and docker's flags.
 GPU ?= rocm
 ROCM_BASE ?= rocm/pytorch:rocm7.14_ubuntu24.04_py3.12_pytorch_release_2.11.0
@@ -111,8 +113,8 @@ $(VENV)/.bench: bench/requirements.txt
 	$(call q,$(PY)) -m pip install -q -r bench/requirements.txt
 	touch $(call q,$@)
 
-bench-report: setup ## redraw bench/results' tables, plots and docs/performance.md (no GPU)
-	$(call q,$(PY)) bench/report.py
+bench-report: setup ## redraw bench/results' tables, plots and docs/performance.md (no GPU; MERGE=parts)
+	$(call q,$(PY)) bench/report.py $(if $(MERGE),--merge $(foreach f,$(MERGE),$(call q,$(f))))
 
 bench-parse: setup ## parse_hatchet.py's speed on large trees and traces against json.load
 	$(call q,$(PY)) bench/parse_speed.py

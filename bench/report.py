@@ -1,10 +1,15 @@
 """Tables, plots and docs/performance.md from a sweep's JSON; no GPU needed.
 
     python bench/report.py [bench/results/<device>.json ...]   (or: make bench-report)
+    python bench/report.py --merge PART.json PART.json ...     (make bench-report MERGE=...)
 
 With no argument, every JSON under bench/results/. Writes beside each JSON a Markdown
-table (<device>.md) and one plot per dtype (<device>-<dtype>.png), and rewrites
-docs/performance.md between its performance markers from the first JSON given.
+table (<device>.md) and one plot per dtype (<device>-<dtype>.png, and -logits.png), and
+rewrites docs/performance.md between its performance markers from the first JSON given.
+--merge joins subset runs (`make bench POINTS=...`, for GPUs that allow short sessions
+only) of one device and software, whose subsets together make a whole run, into the
+whole run's JSON (it names its parts under "merged_from"), then reports it.
+Exit status: 0 done, 2 no results, or parts that do not make one whole run.
 """
 
 import json
@@ -23,6 +28,8 @@ CANDIDATES = ["softmax.py", *PEERS, "copy"]
 BEGIN, END = "<!-- performance: begin -->", "<!-- performance: end -->"
 PAGE = ROOT / "docs" / "performance.md"
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+POINTS = ("rows", "logits", "backward", "host", "profiling")  # a whole run's subsets
+SAME = ("device", "l2_bytes", "torch", "triton", "rounds", "loop_calls", "host_calls")
 
 
 def slug(device):
@@ -56,13 +63,19 @@ def cell(values, name, fmt="{:.1f}"):
     return fmt.format(values[name]) if name in values else "-"
 
 
+def points(results, kind):
+    """The points of one set: "rows" (results before logits had a set of their own) or
+    "logits" (tokens x vocabulary)."""
+    return [p for p in results["points"] if p.get("set", "rows") == kind]
+
+
 def table(results):
     head = (
         f"| dtype | rows x cols | path | device us: {' / '.join(CANDIDATES)} | softmax.py "
         f"GB/s | vs best peer | of copy | loop us: {' / '.join(CANDIDATES[:-1])} |"
     )
     lines = [head, "| --- | --- | --- | --- | ---: | ---: | ---: | --- |"]
-    for p in results["points"]:
+    for p in points(results, "rows"):
         peer, copy = ratios(p)
         device = " / ".join(cell(p["device_us"], c) for c in CANDIDATES)
         loop = " / ".join(cell(p["loop_us"], c) for c in CANDIDATES[:-1])
@@ -74,6 +87,50 @@ def table(results):
             f"| {rate} | {peer:.2f} | {copy:.2f} | {loop} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def left_out(p, name):
+    """Why a peer has no time at a point: it refused the shape, or got it wrong."""
+    note = p.get("notes", {}).get(name)
+    if note is None:
+        return "-"
+    return "wrong" if note.startswith("wrong") else "refuses"
+
+
+def logits_table(results):
+    """The logits points: fractions of the copy's speed, softmax.py against QuACK (where
+    it ran) and the best other peer, and loop time beside device time."""
+    lines = [
+        "| dtype | tokens x vocabulary | path | softmax.py us | of copy | QuACK of copy "
+        "| vs QuACK | vs best peer | loop us: softmax.py / torch.softmax / quack |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for p in points(results, "logits"):
+        dev = p["device_us"]
+        ours = dev["softmax.py"]
+        peer, copy = ratios(p)
+        ran = "quack" in dev
+        quack = f"{dev['copy'] / dev['quack']:.2f}" if ran else left_out(p, "quack")
+        vs = f"{dev['quack'] / ours:.2f}" if ran else left_out(p, "quack")
+        loop = " / ".join(cell(p["loop_us"], c) for c in ("softmax.py", "torch.softmax", "quack"))
+        lines.append(
+            f"| {p['dtype']} | {p['rows']} x {p['cols']} | {p['path']} | {ours:.1f} | {copy:.2f} "
+            f"| {quack} | {vs} | {peer:.2f} | {loop} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def logits_part(results, stem):
+    if not points(results, "logits"):
+        return ""
+    return f"""
+Logits, tokens x vocabulary, from decoding (1 and 16 rows, where loop time shows the
+host's cost) to prefill and training; "vs QuACK" is QuACK's device time over softmax.py's
+(above 1: softmax.py faster), where QuACK ran and was right:
+
+{logits_table(results)}
+![logits]({stem}-logits.png)
+"""
 
 
 def section(results, json_path):
@@ -93,7 +150,8 @@ def section(results, json_path):
     host_rounds = results.get("host_rounds", results["rounds"])
     ratio_row = " | ".join(f"{vs_torch[c]:.2f}x" if c in vs_torch else "-" for c in hosts)
     plots = " ".join(
-        f"![{d}]({stem}-{d}.png)" for d in dict.fromkeys(p["dtype"] for p in results["points"])
+        f"![{d}]({stem}-{d}.png)"
+        for d in dict.fromkeys(p["dtype"] for p in points(results, "rows"))
     )
     return f"""{BEGIN}
 Measured by `make bench` on an {results["device"]} (torch {results["torch"]}, Triton
@@ -114,7 +172,7 @@ must move: the input read once and the output written once.
   ({results.get("l2_bytes", 0) / 2**20:.0f} MiB here): replayed, the input is read from it,
   and the rate can pass the memory's own peak (4.8 TB/s on an H200).
 
-{table(results)}
+{table(results)}{logits_part(results, stem)}
 Host cost per call on a 4 x 64 input (loop time, the GPU waiting on the host), us, in
 {host_rounds} interleaved rounds; the ratios to torch.softmax are taken within each round
 (the host's speed drifts between rounds), then their median kept:
@@ -144,9 +202,12 @@ most by giving each call more work: batch rows from several inputs into one call
 capture the steady-state sequence of calls in a CUDA graph (`torch.cuda.graphs`,
 `torch.compile(mode="reduce-overhead")`), which replays every launch without the host.
 
-Run it on your GPU with `make bench` (a few minutes): it writes
-`bench/results/<device>.json`, its table and plots, and rewrites this page;
-`make bench-report` redraws them from a JSON without a GPU.
+Run it on your GPU with `make bench`: it writes `bench/results/<device>.json`, its table
+and plots, and rewrites this page. `make bench POINTS=logits QUACK=1` runs a subset
+(rows, logits, backward, host, profiling; QuACK as a peer where asked for) into a JSON
+of its own, for machines that limit a job's time; `make bench-report MERGE='a.json b.json'`
+joins subsets that together make a whole run. `make bench-report` redraws them all from
+the JSONs, without a GPU.
 {END}"""
 
 
@@ -157,8 +218,8 @@ def plot(results, stem):
     import matplotlib.pyplot as plt
 
     styles = {"softmax.py": "C0", "torch.softmax": "C1", "torch.compile": "C2", "liger": "C3"}
-    for dtype in dict.fromkeys(p["dtype"] for p in results["points"]):
-        pts = [p for p in results["points"] if p["dtype"] == dtype]
+    for dtype in dict.fromkeys(p["dtype"] for p in points(results, "rows")):
+        pts = [p for p in points(results, "rows") if p["dtype"] == dtype]
         fig, (dev_ax, loop_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
         for name, color in {**styles, "copy": "0.5"}.items():
             have = [p for p in pts if name in p["device_us"]]
@@ -186,6 +247,36 @@ def plot(results, stem):
         fig.tight_layout()
         fig.savefig(f"{stem}-{dtype}.png", dpi=100)
         plt.close(fig)
+    if logits := points(results, "logits"):
+        plot_logits(plt, results, logits, stem)
+
+
+def plot_logits(plt, results, logits, stem):
+    """Fraction of the copy's speed against the vocabulary, a line for each token count:
+    softmax.py solid, QuACK dashed where it ran; a panel a dtype."""
+    dtypes = list(dict.fromkeys(p["dtype"] for p in logits))
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(6 * len(dtypes), 4.5), squeeze=False)
+    for ax, dtype in zip(axes[0], dtypes, strict=True):
+        pts = [p for p in logits if p["dtype"] == dtype]
+        vocabs = sorted({p["cols"] for p in pts})
+        for i, rows in enumerate(sorted({p["rows"] for p in pts})):
+            for name, style in (("softmax.py", "-o"), ("quack", "--x")):
+                have = [p for p in pts if p["rows"] == rows and name in p["device_us"]]
+                x = [vocabs.index(p["cols"]) for p in have]
+                y = [p["device_us"]["copy"] / p["device_us"][name] for p in have]
+                if have:
+                    ax.plot(x, y, style, color=f"C{i}", label=f"{name}, {rows} rows")
+        ax.set_xticks(range(len(vocabs)), [str(v) for v in vocabs])
+        ax.set_xlabel("vocabulary (columns)")
+        ax.set_ylabel("fraction of a copy's speed, device time")
+        ax.set_ylim(0, 1.2)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        ax.set_title(dtype)
+    fig.suptitle(f"{results['device']}, logits")
+    fig.tight_layout()
+    fig.savefig(f"{stem}-logits.png", dpi=100)
+    plt.close(fig)
 
 
 def update_page(text, page=PAGE):
@@ -208,7 +299,50 @@ def whole_runs(folder=ROOT / "bench" / "results"):
     return [p for p in sorted(folder.glob("*.json")) if "subset" not in json.loads(p.read_text())]
 
 
+def merge(parts):
+    """The whole run that subset runs make together; ValueError where they do not: another
+    device or software, a subset twice or missing."""
+    runs = [json.loads(Path(p).read_text()) for p in parts]
+    first = runs[0]
+    for path, run in zip(parts, runs, strict=True):
+        if not isinstance(run, dict) or not isinstance(run.get("points"), list):
+            raise ValueError(f"{path} is not a sweep's results")
+        if "subset" not in run:
+            raise ValueError(f"{path} is a whole run, not a part of one")
+        subset = run["subset"]
+        if not isinstance(subset, list) or not all(isinstance(s, str) for s in subset):
+            raise ValueError(f"{path}: its subset is not a list of names")
+        if differ := [k for k in SAME if run.get(k) != first.get(k)]:
+            raise ValueError(f"{path} differs from {parts[0]} in {', '.join(differ)}")
+    subsets = [s for run in runs for s in run["subset"]]
+    if sorted(subsets) != sorted(POINTS):
+        raise ValueError(f"the parts' subsets {', '.join(subsets)} are not {', '.join(POINTS)}, "
+                         "each once")  # fmt: skip
+    whole = {k: v for k, v in first.items() if k not in ("subset", "points")}
+    whole["points"] = []
+    for run in runs:
+        whole["points"] += run["points"]
+        whole.update({k: v for k, v in run.items() if k not in (*SAME, "subset", "points")})
+    whole["merged_from"] = [Path(p).name for p in parts]
+    return whole
+
+
 def main(argv):
+    if argv[:1] == ["--merge"]:
+        parts = argv[1:]
+        try:
+            if not parts:
+                raise ValueError("--merge needs the parts' JSON files")
+            whole = merge(parts)
+        except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError included
+            print(f"report: error: {' '.join(str(e).split())[:300]}", file=sys.stderr)
+            return 2
+        path = Path(parts[0]).parent / f"{slug(whole['device'])}.json"
+        if any(path.resolve() == Path(p).resolve() for p in parts):
+            print(f"report: error: the whole run would overwrite its part {path}", file=sys.stderr)
+            return 2
+        write_output(path, json.dumps(whole, indent=1) + "\n")
+        argv = [str(path)]
     paths = [Path(a) for a in argv] or whole_runs()
     if not paths:
         print("report: error: no results: run make bench on a GPU first", file=sys.stderr)

@@ -60,7 +60,7 @@ LOGIT_DTYPES = [torch.bfloat16, torch.float32]
 # The backward against torch's: dtype, rows, cols.
 BACKWARD = [(torch.float32, 4096, 1024), (torch.bfloat16, 4096, 4096),
             (torch.bfloat16, 4096, 16384), (torch.bfloat16, 1024, 65536)]  # fmt: skip
-POINTS = ("rows", "logits", "backward", "host", "profiling")
+POINTS = report.POINTS
 PATHS = {sm.softmax_kernel: "fused", long_rows.softmax_long_rows_kernel: "tiles",
          long_rows.softmax_long_rows_lagged_kernel: "lagged tiles"}  # fmt: skip
 ROUNDS = 5
@@ -89,10 +89,11 @@ def quack():
     return softmax_fwd
 
 
-def candidates(x, peers=()):
+def candidates(x, peers=(), inductor=True):
     """Name to a call computing the softmax of x's rows (or copying x), as users call
-    each. A peer that refuses the shape (Liger past 65536 columns, QuACK's rows of a length
-    not a multiple of 16 bytes) or gets it wrong is left out, with a note saying why."""
+    each; torch.compile's where inductor. A peer that refuses the shape (Liger past 65536
+    columns, QuACK's rows of a length not a multiple of 16 bytes) or gets it wrong is left
+    out, with a note saying why."""
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
 
     dst = torch.empty_like(x)
@@ -105,6 +106,8 @@ def candidates(x, peers=()):
         **{name: functools.partial(fn, x) for name, fn in peers},
         "copy": lambda: copy_kernel[grid](dst, x, x.numel(), BLOCK=4096, num_warps=8),
     }
+    if not inductor:
+        del fns["torch.compile"]
     ref = torch.softmax(x.float(), dim=1)
     notes = {}
     for name, fn in list(fns.items()):
@@ -153,13 +156,15 @@ def spread(seen):
     return {name: [min(v), max(v)] for name, v in seen.items()}
 
 
-def point(dtype, rows, cols, peers=()):
+def point(dtype, rows, cols, peers=(), kind="rows"):
     x = torch.randn(rows, cols, device="cuda").to(dtype)
     err = (sm.softmax(x).float() - torch.softmax(x.float(), dim=1)).abs().max().item()
-    fns, notes = candidates(x, peers)
+    # Inductor compiles each shape for seconds: the logits' peers are torch, Liger, QuACK.
+    fns, notes = candidates(x, peers, inductor=kind == "rows")
     device = rounds(fns, lambda fn: do_bench_cudagraph(fn, rep=10, return_mode="median") * 1e3)
     loop = rounds(fns, lambda fn: loop_us(fn, LOOP_CALLS))
     return {
+        "set": kind,
         "dtype": str(dtype).removeprefix("torch."),
         "rows": rows,
         "cols": cols,
@@ -279,10 +284,11 @@ def main():
         "host_calls": HOST_CALLS,
         "points": [],
     }
-    todo = [(d, r, c) for d in DTYPES for r, c in SHAPES] if "rows" in points else []
-    todo += [(d, m, v) for d in LOGIT_DTYPES for m, v in LOGITS] if "logits" in points else []
-    for dtype, rows, cols in todo:
-        p = point(dtype, rows, cols, peers)
+    todo = [(d, r, c, "rows") for d in DTYPES for r, c in SHAPES] if "rows" in points else []
+    if "logits" in points:
+        todo += [(d, m, v, "logits") for d in LOGIT_DTYPES for m, v in LOGITS]
+    for dtype, rows, cols, kind in todo:
+        p = point(dtype, rows, cols, peers, kind)
         results["points"].append(p)
         print(report.progress_line(p), flush=True)
         torch.cuda.empty_cache()

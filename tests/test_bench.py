@@ -2,6 +2,7 @@
 whose generated part is exactly what bench/report.py makes of them."""
 
 import json
+import re
 import sys
 
 import pytest
@@ -13,6 +14,7 @@ import report  # noqa: E402
 RESULTS = report.whole_runs()
 CANDIDATES = {"softmax.py", "torch.softmax", "torch.compile", "liger", "copy"}
 OPTIONAL = {"quack"}  # a peer only where asked for (make bench QUACK=1)
+PATHS = {"fused", "tiles", "lagged tiles"}
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
@@ -26,8 +28,9 @@ def test_results_hold_the_promised_keys(path):
     assert {"run_wall_s", "profile_wall_s", "profile_vs_run", "proton_kernel_us",
             "device_us"} <= set(r["profiling"])  # fmt: skip
     for p in r["points"]:
-        assert p["correct"] and p["path"] in ("fused", "tiles", "lagged tiles")
-        assert CANDIDATES <= set(p["device_us"]) | set(p["notes"]) <= CANDIDATES | OPTIONAL
+        assert p["correct"] and p["path"] in PATHS and p.get("set", "rows") in ("rows", "logits")
+        expected = CANDIDATES - ({"torch.compile"} if p.get("set") == "logits" else set())
+        assert expected <= set(p["device_us"]) | set(p["notes"]) <= expected | OPTIONAL
         assert set(p["loop_us"]) == set(p["device_us"]) == set(p["device_us_spread"])
         for name, (low, high) in p["device_us_spread"].items():
             assert low <= p["device_us"][name] <= high
@@ -40,3 +43,85 @@ def test_the_performance_page_is_generated_from_the_first_results():
     assert all(f"| {p['rows']} x {p['cols']} |" in page for p in results["points"])
     for dtype in {p["dtype"] for p in results["points"]}:
         assert (RESULTS[0].parent / f"{RESULTS[0].stem}-{dtype}.png").is_file()
+
+
+def logits_point(kind, rows, cols, quack=None, note=None):
+    dev = {"softmax.py": 10.0, "torch.softmax": 20.0, "copy": 9.0}
+    if quack:
+        dev["quack"] = quack
+    notes = {"quack": note} if note else {}
+    return dict(set=kind, dtype="bfloat16", rows=rows, cols=cols, path="tiles", device_us=dev,
+                loop_us=dict(dev), notes=notes)  # fmt: skip
+
+
+def test_logits_points_have_a_table_and_a_plot_of_their_own(tmp_path):
+    # QuACK's time where it ran, why not where it did not; the rows table and plots keep
+    # the rows points alone.
+    results = json.loads(RESULTS[0].read_text())
+    results["points"] = [
+        logits_point("rows", 4096, 1024),
+        logits_point("logits", 16, 128256, quack=8.0),
+        logits_point("logits", 4096, 50257, note="ValueError: N % 8"),
+        logits_point("logits", 1, 151936, note="wrong: max_abs_err=nan"),
+    ]
+    text = report.section(results, tmp_path / "gpu.json")
+    assert "| bfloat16 | 16 x 128256 | tiles | 10.0 | 0.90 | 1.12 | 0.80 | 0.80 |" in text
+    assert "| bfloat16 | 4096 x 50257 | tiles | 10.0 | 0.90 | refuses | refuses |" in text
+    assert "| bfloat16 | 1 x 151936 | tiles | 10.0 | 0.90 | wrong | wrong |" in text
+    assert "| bfloat16 | 4096 x 1024 | tiles | 10.0 / " in text  # the rows table
+    assert "| bfloat16 | 16 x 128256 | tiles | 10.0 / " not in text
+    report.plot(results, tmp_path / "gpu")
+    assert {f.name for f in tmp_path.iterdir()} == {"gpu-bfloat16.png", "gpu-logits.png"}
+
+
+def parts(tmp_path, **changes):
+    """The committed whole run cut into two parts, as `make bench POINTS=...` writes them:
+    logits (synthetic points) and the rest; changes made to the logits part (a subset of
+    None: none, as a whole run has)."""
+    whole = json.loads(RESULTS[0].read_text())
+    rest = {**whole, "subset": ["rows", "backward", "host", "profiling"]}
+    logits = {k: whole[k] for k in report.SAME if k in whole}
+    logits.update({"subset": ["logits"], "points": [logits_point("logits", 16, 128256)]})
+    logits.update(changes)
+    if logits["subset"] is None:
+        del logits["subset"]
+    paths = [tmp_path / "gpu-rows-backward-host-profiling.json", tmp_path / "gpu-logits.json"]
+    for path, run in zip(paths, (rest, logits), strict=True):
+        path.write_text(json.dumps(run))
+    return whole, paths
+
+
+def test_subset_runs_merge_into_a_whole_run(tmp_path, monkeypatch):
+    pages = []
+    monkeypatch.setattr(report, "update_page", pages.append)
+    whole, paths = parts(tmp_path)
+    assert report.main(["--merge", *map(str, paths)]) == 0
+    merged = json.loads((tmp_path / f"{report.slug(whole['device'])}.json").read_text())
+    assert "subset" not in merged and merged["merged_from"] == [p.name for p in paths]
+    assert merged["points"] == whole["points"] + [logits_point("logits", 16, 128256)]
+    assert merged["host_us"] == whole["host_us"] and merged["profiling"] == whole["profiling"]
+    assert "| bfloat16 | 16 x 128256 | tiles |" in pages[0]
+
+
+@pytest.mark.parametrize(
+    "changes, says",
+    [({"triton": "3.7.0"}, "differs from .* in triton"),
+     ({"subset": ["logits", "rows"]}, "not rows, logits, backward, host, profiling, each once"),
+     ({"subset": None}, "is a whole run"), ({"subset": "logits"}, "not a list of names"),
+     ({"points": {"a": 1}}, "is not a sweep's results")],
+)  # fmt: skip
+def test_parts_of_other_runs_are_refused(tmp_path, capsys, changes, says):
+    _, paths = parts(tmp_path, **changes)
+    assert report.main(["--merge", *map(str, paths)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(says, err)
+    assert not (tmp_path / "nvidia-h200.json").exists()
+
+
+def test_a_merge_never_overwrites_its_parts(tmp_path, capsys):
+    whole, paths = parts(tmp_path)
+    named = paths[1].with_name(f"{report.slug(whole['device'])}.json")
+    paths[1].rename(named)
+    assert report.main(["--merge", str(paths[0]), str(named)]) == 2
+    assert "would overwrite its part" in capsys.readouterr().err
+    assert json.loads(named.read_text())["subset"] == ["logits"]
