@@ -6,8 +6,8 @@
 With no argument, every JSON under bench/results/. Writes beside each JSON a Markdown
 table (<device>.md) and one plot per dtype (<device>-<dtype>.png, and -logits.png), and
 rewrites docs/performance.md between its performance markers from the first JSON given.
---merge joins subset runs (`make bench POINTS=...`, for GPUs that allow short sessions
-only) of one device and software, whose subsets together make a whole run, into the
+--merge joins subset runs (`make bench POINTS=...`, for machines that limit a job's
+time) of one device and software, whose subsets together make a whole run, into the
 whole run's JSON (it names its parts under "merged_from"), then reports it.
 Exit status: 0 done, 2 no results, or parts that do not make one whole run.
 """
@@ -288,7 +288,8 @@ def update_page(text, page=PAGE):
 def write_all(json_path):
     results = json.loads(Path(json_path).read_text())
     stem = Path(json_path).with_suffix("")
-    write_output(stem.with_suffix(".md"), table(results))
+    logits = logits_table(results) if points(results, "logits") else ""
+    write_output(stem.with_suffix(".md"), table(results) + ("\n" + logits if logits else ""))
     plot(results, stem)
     update_page(section(results, json_path))
     print(f"report: wrote {stem}.md, {stem}-<dtype>.png and {PAGE.relative_to(ROOT)}")

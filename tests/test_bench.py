@@ -74,6 +74,17 @@ def test_logits_points_have_a_table_and_a_plot_of_their_own(tmp_path):
     assert {f.name for f in tmp_path.iterdir()} == {"gpu-bfloat16.png", "gpu-logits.png"}
 
 
+def test_the_markdown_beside_a_run_holds_both_tables(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "update_page", lambda text: None)
+    results = json.loads(RESULTS[0].read_text())
+    results["points"] = [logits_point("rows", 4096, 1024), logits_point("logits", 16, 128256)]
+    (tmp_path / "gpu.json").write_text(json.dumps(results))
+    report.write_all(tmp_path / "gpu.json")
+    text = (tmp_path / "gpu.md").read_text()
+    assert "| bfloat16 | 4096 x 1024 | tiles | 10.0 / " in text
+    assert "| bfloat16 | 16 x 128256 | tiles | 10.0 | 0.90 | - | - |" in text
+
+
 def parts(tmp_path, **changes):
     """The committed whole run cut into two parts, as `make bench POINTS=...` writes them:
     logits (synthetic points) and the rest; changes made to the logits part (a subset of
