@@ -303,10 +303,17 @@ def whole_runs(folder=ROOT / "bench" / "results"):
 def merge(parts):
     """The whole run that subset runs make together; ValueError where they do not: another
     device or software, a subset twice or missing."""
+    for p in parts:  # a pipe or a device would be read for ever
+        if not Path(p).is_file():
+            raise ValueError(f"{p} is not a regular file")
     runs = [json.loads(Path(p).read_text()) for p in parts]
     first = runs[0]
     for path, run in zip(parts, runs, strict=True):
-        if not isinstance(run, dict) or not isinstance(run.get("points"), list):
+        if (
+            not isinstance(run, dict)
+            or not isinstance(run.get("points"), list)
+            or not isinstance(run.get("device"), str)
+        ):
             raise ValueError(f"{path} is not a sweep's results")
         if "subset" not in run:
             raise ValueError(f"{path} is a whole run, not a part of one")
@@ -319,11 +326,9 @@ def merge(parts):
     if sorted(subsets) != sorted(POINTS):
         raise ValueError(f"the parts' subsets {', '.join(subsets)} are not {', '.join(POINTS)}, "
                          "each once")  # fmt: skip
-    whole = {k: v for k, v in first.items() if k not in ("subset", "points")}
-    whole["points"] = []
+    whole = {"points": [p for run in runs for p in run["points"]]}
     for run in runs:
-        whole["points"] += run["points"]
-        whole.update({k: v for k, v in run.items() if k not in (*SAME, "subset", "points")})
+        whole.update({k: v for k, v in run.items() if k not in ("subset", "points")})
     whole["merged_from"] = [Path(p).name for p in parts]
     return whole
 
@@ -335,10 +340,10 @@ def main(argv):
             if not parts:
                 raise ValueError("--merge needs the parts' JSON files")
             whole = merge(parts)
+            path = Path(parts[0]).parent / f"{slug(whole['device'])}.json"
         except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError included
             print(f"report: error: {' '.join(str(e).split())[:300]}", file=sys.stderr)
             return 2
-        path = Path(parts[0]).parent / f"{slug(whole['device'])}.json"
         if any(path.resolve() == Path(p).resolve() for p in parts):
             print(f"report: error: the whole run would overwrite its part {path}", file=sys.stderr)
             return 2

@@ -119,7 +119,7 @@ def test_subset_runs_merge_into_a_whole_run(tmp_path, monkeypatch):
     [({"triton": "3.7.0"}, "differs from .* in triton"),
      ({"subset": ["logits", "rows"]}, "not rows, logits, backward, host, profiling, each once"),
      ({"subset": None}, "is a whole run"), ({"subset": "logits"}, "not a list of names"),
-     ({"points": {"a": 1}}, "is not a sweep's results")],
+     ({"points": {"a": 1}}, "is not a sweep's results"), ({"device": 7}, "is not a sweep.s results")],
 )  # fmt: skip
 def test_parts_of_other_runs_are_refused(tmp_path, capsys, changes, says):
     _, paths = parts(tmp_path, **changes)
