@@ -2,61 +2,69 @@
 
     python softmax.py --rows 4096 --cols 1024 --iters 20
 
-softmax(x) normalises x's last dimension, each row read once and written once: one
-program holds whole rows, max, exponentials, sum and division on chip, as in Triton's
-fused-softmax tutorial. Longer rows are split across programs (long_rows.py); traced or
-differentiated, softmax() is a PyTorch op (softmax_op.py). With no GPU visible the kernels
-run in Triton's CPU interpreter; under torchrun each process takes its LOCAL_RANK's GPU.
+softmax(x) normalises the last dimension of x, each row read once and written once: one
+program holds whole rows in registers and takes their max, exponentials, sum and quotient
+on chip, as in Triton's fused-softmax tutorial. It takes rows of up to 16384 columns;
+long_rows.py splits longer ones across programs, and softmax_op.py makes softmax a PyTorch
+op for autograd and torch.compile. With no GPU visible the kernel runs in Triton's CPU
+interpreter; under torchrun each process takes its LOCAL_RANK's GPU.
 Exit status: 0 PASS, 1 FAIL, 2 bad arguments or an input too large.
 """
 
 import argparse
+import contextlib
+import functools
 import os
 import sys
+import threading
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
-# The interpreter is picked when the @triton.jit functions below are defined, so the
-# choice has to be made before Triton is imported.
+# Triton picks its interpreter when the @triton.jit functions below are defined, so the
+# choice is made before Triton is imported.
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 import triton.profiler.language as pl  # noqa: E402
-from triton import knobs  # noqa: E402
 
-INTERPRET = knobs.runtime.interpret
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
-HIP = torch.version.hip is not None
 
-# Max absolute error allowed against torch.softmax (computed in float32). float32 cannot
-# be exact: our reductions add in a different order. The half types are compared after
-# rounding our float32 result to 8 (bfloat16) or 11 (float16) significant bits; outputs
-# lie in [0, 1], where one unit in the last place is at most 2**-8 or 2**-11.
-TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 2**-8, torch.float16: 2**-11}
+# Max absolute error allowed against torch.softmax computed in float32. float32 cannot be
+# exact: the kernel adds each row in another order. The half types are compared after
+# rounding the float32 result to 11 (float16) or 8 (bfloat16) significant bits; outputs lie
+# in [0, 1], where one unit in the last place is at most 2**-11 or 2**-8.
+TOLERANCE = {torch.float32: 1e-6, torch.float16: 2**-11, torch.bfloat16: 2**-8}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
-# Rows up to MAX_FUSED_COLS columns are held whole by one program. Short rows are grouped
-# so that a program holds at least TILE_ELEMS elements, ELEMS_PER_THREAD a thread: swept on
-# the H200, fewer leave too few loads in flight, more add warps or registers that only wait.
+# Rows of up to MAX_FUSED_COLS columns are held whole by one program. Short rows are
+# grouped so that a program holds at least TILE_ELEMS elements, 16 for each thread: swept
+# on the H200, fewer leave too few loads in flight, more add warps or registers that wait.
 MAX_FUSED_COLS = 16384
 TILE_ELEMS = 1024
 ELEMS_PER_THREAD = 16
+# The interpreter runs each program in Python: few large programs run fastest there.
 INTERPRETER_TILE_ELEMS = 2**16
+# The interpreter cannot run Proton's scope calls. Compiled, they are nothing unless
+# Proton's instrumentation backend is on (make intra), when each records its cycles.
+SCOPES = tl.constexpr(not INTERPRET)
 
 
-def launch_metadata(grid, metadata, args):
-    """What Proton's `-k triton` hook records: a name, and the bytes read once, written once."""
+def launch_metadata(grid: tuple, metadata: object, args: dict) -> dict:
+    """What Proton's launch hook (-k triton) records: a name with the shape and dtype, and
+    the bytes a softmax must move, its input read once and its output written once."""
     x, rows, cols = args["in_ptr"], args["n_rows"], args["n_cols"]
     name = f"{metadata.name} [{rows}x{cols} {str(x.dtype).removeprefix('torch.')}]"
     return {"name": name, "bytes": 2 * rows * cols * x.element_size()}
 
 
 @triton.jit
-def scope(SCOPES: tl.constexpr, ended: tl.constexpr, started: tl.constexpr):
-    """Ends scope `ended` and starts `started` ("" for none) where SCOPES, true only under
-    Proton's instrumentation backend (make intra): each records its cycles. Else nothing."""
+def scope(ended: tl.constexpr, started: tl.constexpr):
+    """Ends the scope `ended` and starts `started` ("" for none)."""
     if SCOPES:
         if ended != "":
             pl.exit_scope(ended)
@@ -66,139 +74,177 @@ def scope(SCOPES: tl.constexpr, ended: tl.constexpr, started: tl.constexpr):
 
 @triton.jit(launch_metadata=launch_metadata)
 def softmax_kernel(
-    out_ptr, in_ptr, n_rows, n_cols, in_row_stride, in_col_stride, out_row_stride,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCOPES: tl.constexpr,
-):  # fmt: skip
+    out_ptr,
+    in_ptr,
+    n_rows,
+    n_cols,
+    in_row_stride,
+    in_col_stride,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     # One program holds BLOCK_M whole rows: a [BLOCK_M, BLOCK_N] tile, padded with -inf
-    # past the last column so padding adds exp(-inf) = 0 to the sum.
+    # past the last column, so that the padding adds exp(-inf) = 0 to each sum.
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    rows = rows.to(tl.int64)  # row offsets of large inputs pass 2**31 elements
-    scope(SCOPES, "", "load")
-    x = tl.load(in_ptr + rows[:, None] * in_row_stride + cols[None, :] * in_col_stride,
-                mask=mask, other=-float("inf")).to(tl.float32)  # fmt: skip
-    scope(SCOPES, "load", "max")
-    # Subtracting the row max keeps exp() at or below 1: no overflow for large inputs.
+    rows = rows.to(tl.int64)  # offsets of large inputs pass 2**31 elements
+    scope("", "load")
+    x = tl.load(
+        in_ptr + rows[:, None] * in_row_stride + cols[None, :] * in_col_stride,
+        mask=mask,
+        other=-float("inf"),
+    ).to(tl.float32)
+    scope("load", "max")
+    # Subtracting the row's max keeps every exp() at or below 1: no overflow.
     row_max = tl.max(x, axis=1)
-    scope(SCOPES, "max", "exp_sum")
+    scope("max", "exp_sum")
     num = tl.exp(x - row_max[:, None])
     den = tl.sum(num, axis=1)
-    scope(SCOPES, "exp_sum", "store")
-    out = out_ptr + rows[:, None] * out_row_stride + cols[None, :]
+    scope("exp_sum", "store")
+    out = out_ptr + rows[:, None] * n_cols + cols[None, :]
     tl.store(out, (num / den[:, None]).to(out_ptr.dtype.element_ty), mask=mask)
-    scope(SCOPES, "store", "")
+    scope("store", "")
 
 
-def launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems=TILE_ELEMS):
-    """Tile shape and warps for rows held whole on a device of n_sms SMs (CUs on AMD):
-    (BLOCK_M rows of BLOCK_N columns a program, num_warps); None for longer rows."""
-    if n_cols > MAX_FUSED_COLS:
-        return None
+class Plan(NamedTuple):
+    """How rows of one shape launch: BLOCK_M rows of BLOCK_N columns a program."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    grid: tuple[int]
+
+
+@functools.cache
+def plan(n_rows: int, n_cols: int, device: int | None) -> Plan:
+    """The Plan for n_rows rows of n_cols columns on a GPU (device: its index), or in the
+    interpreter (device: None)."""
+    if device is None:
+        n_sms, warp_size, tile_elems = 1, 32, INTERPRETER_TILE_ELEMS
+    else:
+        props = torch.cuda.get_device_properties(device)
+        n_sms, warp_size, tile_elems = props.multi_processor_count, props.warp_size, TILE_ELEMS
     block_n = triton.next_power_of_2(n_cols)
-    # Short rows share a program, so that each program still loads a full tile; but
-    # keep at least two programs per SM, or part of the GPU sits idle.
+    # Short rows share a program, so that each program still loads a full tile; but at
+    # least two programs for each SM (a CU on AMD), or part of the GPU sits idle.
     most = max(1, n_rows // (2 * n_sms))
     block_m = max(1, min(tile_elems // block_n, 1 << (most.bit_length() - 1)))
-    num_warps = block_m * block_n // (ELEMS_PER_THREAD * warp_size)
-    return block_m, block_n, max(1, min(16, num_warps))
+    num_warps = max(1, min(16, block_m * block_n // (ELEMS_PER_THREAD * warp_size)))
+    return Plan(block_m, block_n, num_warps, (triton.cdiv(n_rows, block_m),))
 
 
-def device_config(device):
-    """(n_sms, warp_size, tile_elems) of device: in the interpreter one 'SM', large tiles."""
-    if INTERPRET:
-        return 1, 32, INTERPRETER_TILE_ELEMS
-    props = torch.cuda.get_device_properties(device)
-    return props.multi_processor_count, props.warp_size, TILE_ELEMS
+def check(x: torch.Tensor, max_cols: int = MAX_FUSED_COLS) -> None:
+    """Raises ValueError unless x is a tensor softmax() takes."""
+    if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_nested:
+        raise ValueError(f"softmax expects a dense torch.Tensor, got {type(x).__name__}")
+    if x.ndim < 1 or x.dtype not in TOLERANCE or x.device.type != DEVICE:
+        raise ValueError(
+            f"softmax expects a float32, float16 or bfloat16 tensor of 1-D or more on "
+            f"{DEVICE}, got a {x.ndim}-D {x.dtype} one on {x.device}"
+        )
+    if x.shape[-1] > max_cols:
+        raise ValueError(
+            f"softmax: rows of {x.shape[-1]} columns are longer than one program holds "
+            f"({max_cols}): long_rows.py takes them"
+        )
+    if x.numel() // max(1, x.shape[-1]) > 2**31 - 2**16:
+        raise ValueError(f"softmax: {tuple(x.shape)} is too large for 32-bit indices")
 
 
-def plan(x, scopes):
-    """(kernel, grid, options, workspaces, fixed) for x's rows (2-D): softmax is kernel[grid](
-    out, x, *workspaces(x), *fixed, **options). Reads no data: traced (fake) tensors too."""
-    n_rows, n_cols = map(int, x.shape)
-    n_sms, warp_size, tile_elems = device_config(x.device)
-    if config := launch_config(n_rows, n_cols, n_sms, warp_size, tile_elems):
-        block_m, block_n, num_warps = config
-        fixed = (n_rows, n_cols, *map(int, x.stride()), n_cols, block_m, block_n, scopes)
-        grid = (triton.cdiv(n_rows, block_m), 1, 1)  # compiled[grid] reads all three
-        return softmax_kernel, grid, {"num_warps": num_warps}, lambda x: (), fixed
-    import long_rows  # here: long rows are for those who need them
-
-    return long_rows.launch(x, n_sms, warp_size, scopes)
+def as_rows(x: torch.Tensor) -> torch.Tensor:
+    """x as a 2-D tensor of its last dimension's rows: a view of x's data where its
+    strides allow one, else a contiguous copy, as also where its column offsets would
+    pass 32 bits. A negated view (z.conj().imag) becomes the values it shows: a kernel
+    reads what is stored."""
+    rows = x.resolve_neg().reshape(-1, x.shape[-1])  # a copy only where no view exists
+    if (rows.shape[1] - 1) * rows.stride(1) >= 2**31:  # column offsets are 32-bit
+        rows = rows.contiguous()
+    return rows
 
 
-# Eager calls bypass the op and `kernel[grid](...)`, which binds and specialises every
-# argument on each call: as in Triton's fused-softmax tutorial, a key's first call compiles
-# with kernel.warmup(...), later ones find it by key and launch it: compiled[grid](...).
-_launches = {}  # _key(x) -> softmax_op.compile_launch(x)
-MAX_LAUNCHES = 4096
-_one_gpu = INTERPRET  # one GPU visible, so every tensor is on the current one
+def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) -> None:
+    """softmax_kernel over rows (2-D) into out (contiguous, of rows' size), through
+    wrap(kernel) where given: torch.library.wrap_triton in softmax_op.py's op."""
+    n_rows, n_cols = map(int, rows.shape)  # ints, also where torch.compile traces SymInts
+    p = plan(n_rows, n_cols, rows.device.index)
+    (softmax_kernel if wrap is None else wrap(softmax_kernel))[p.grid](
+        out_ptr=out,
+        in_ptr=rows,
+        n_rows=n_rows,
+        n_cols=n_cols,
+        in_row_stride=rows.stride(0),
+        in_col_stride=rows.stride(1),
+        BLOCK_M=p.block_m,
+        BLOCK_N=p.block_n,
+        num_warps=p.num_warps,
+    )
 
 
-def _key(x):
-    """What x's compiled launch depends on: device, dtype, shape, strides; what Triton
-    specialises on (16-byte alignment, on AMD a storage under 2 GiB); modes of a session."""
-    return (x.device, x.dtype, x.shape, x.stride(), x.data_ptr() % 16 == 0,
-            HIP and x.untyped_storage().nbytes() < 2**31, knobs.runtime.debug,
-            knobs.compilation.instrumentation_mode,
-            getattr(knobs.compilation, "fpsan_homomorphic_casts", None))  # fmt: skip
+_interpreting = threading.Lock()
 
 
-def _hooked(kernel):
-    """Whether a hook is set that compiled[grid] would skip, or that keeps warmup() from
-    returning a kernel (jit_cache_hook): kernel[grid] then launches, on every call."""
-    inspection = getattr(knobs.runtime, "add_stages_inspection_hook", None)  # Triton 3.7+
-    return bool(kernel.pre_run_hooks or knobs.runtime.jit_cache_hook or inspection)
+def launching(x: torch.Tensor) -> contextlib.AbstractContextManager:
+    """Where x's kernels launch: on x's GPU, as Triton launches on the current one; in the
+    interpreter one at a time, as it patches triton.language while a kernel runs."""
+    return _interpreting if INTERPRET else torch.cuda.device(x.device)
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dimension of a float32, float16 or bfloat16 tensor of any rank
-    and strides, on the GPU (in Triton's interpreter, on the CPU), computed in float32.
-    Returns a new contiguous tensor of x's shape and dtype. Traced by torch.compile or
-    where x requires grad, it is softmax_op.py's op, with a backward."""
-    global _one_gpu  # set once CUDA is up (a first key compiled): its device count is final
-    traced = torch.compiler.is_compiling()
-    if traced or getattr(x, "requires_grad", False) and torch.is_grad_enabled():
-        return softmax_op.through_op(x)
-    try:  # a negated view (z.conj().imag) to its values: the kernel reads what is stored
-        x = x.resolve_neg()
-        key = _key(x)
-    except (AttributeError, RuntimeError):  # no strides or data: the check says what x is
-        key = None
-    if key and not _one_gpu and x.is_cuda and x.get_device() != torch.cuda.current_device():
-        with torch.cuda.device(x.device):  # where Triton compiles and launches, not torch
-            return softmax(x)
-    launch = _launches.get(key)
-    if launch is None or _hooked(launch[0]):
-        launch = softmax_op.compile_launch(x)  # checks x (ValueError), compiles
-        _one_gpu = INTERPRET or torch.cuda.device_count() == 1  # CUDA is up: final
-        if key and not _hooked(launch[0]):
-            if len(_launches) >= MAX_LAUNCHES:  # many shapes: start again rather than grow
-                _launches.clear()
-            _launches[key] = launch
-    _, run, workspaces, fixed, copy = launch
-    if copy:
-        x = x.contiguous()
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)  # whatever x's strides
-    run(out, x, *workspaces(x), *fixed)  # the launch
+    """Softmax over the last dimension of a float32, float16 or bfloat16 tensor of any
+    rank and strides, rows of up to MAX_FUSED_COLS columns, computed in float32: a new
+    contiguous tensor of x's shape and dtype."""
+    check(x)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        with launching(x):
+            launch(as_rows(x), out)
     return out
 
 
-# A key's first call and the op: last, as softmax_op.py imports this module.
-import softmax_op  # noqa: E402
+# --- The check: one launch against torch.softmax, then the timed ones. ---
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one short line and exit 2, not argparse's usage block
+    def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage
         message = message[:150] if message[:150].isprintable() else repr(message[:150])[1:-1]
         print(f"softmax: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
 
-def main(argv=None):
+def free_bytes() -> int:
+    """Memory free where the input goes: the host's in the interpreter, else the GPU's."""
+    if INTERPRET:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return torch.cuda.mem_get_info()[0]
+
+
+def too_large(rows: int, cols: int, dtype: torch.dtype, floats: int = 3) -> str | None:
+    """Why rows x cols of dtype do not fit, with `floats` float32 copies beside the input
+    and output, or None: refused up front, not halfway out of memory."""
+    need, free = rows * cols * (2 * dtype.itemsize + 4 * floats), free_bytes()
+    if need <= free:
+        return None
+    name = str(dtype).removeprefix("torch.")
+    return (
+        f"{rows} x {cols} {name} needs about {need / 2**30:.1f} GiB, more than the "
+        f"{free / 2**30:.1f} GiB free on {DEVICE}"
+    )
+
+
+# What a launcher tells each process, and the value when there is none.
+RANK_VARS = (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"))
+
+
+def main(
+    argv: list[str] | None = None,
+    run: Callable[[torch.Tensor], torch.Tensor] = softmax,
+    max_cols: int = MAX_FUSED_COLS,
+) -> int:
+    """The check of run (softmax, or a caller's) on rows of up to max_cols columns."""
     parser = _Parser(description=__doc__.split("\n\n")[0])
-    bounds = {"rows": (4096, 1, 2**31), "cols": (1024, 1, 2**31), "iters": (20, 1, 2**31),
-              "seed": (0, 0, 2**63)}  # fmt: skip
+    bounds = {"rows": (4096, 1, 2**31), "cols": (1024, 1, 2**31), "iters": (20, 1, 2**31)}
+    bounds["seed"] = (0, 0, 2**63)
     for name, (default, _, _) in bounds.items():
         parser.add_argument(f"--{name}", type=int, default=default, help=f"(default {default})")
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
@@ -206,36 +252,33 @@ def main(argv=None):
     for name, (_, low, high) in bounds.items():
         if not low <= (value := getattr(args, name)) < high:
             parser.error(f"argument --{name}: must be in [{low}, {high}), got {value}")
-    ranks = [os.environ.get(f"{n}RANK", "0") for n in ("", "LOCAL_")]
-    ranks.append(os.environ.get("WORLD_SIZE", "1"))
+    if args.cols > max_cols:
+        parser.error(
+            f"rows of more than {max_cols} columns: python long_rows.py --cols {args.cols}"
+        )
+    ranks = [os.environ.get(name, default) for name, default in RANK_VARS]
     if not all(r.isascii() and r.isdigit() and len(r) < 10 for r in ranks) or ranks[2] == "0":
         parser.error("RANK, LOCAL_RANK, WORLD_SIZE must be whole numbers, WORLD_SIZE > 0")
     rank, local_rank, world = map(int, ranks)
     tag = f"softmax[rank {rank}]" if world > 1 else "softmax"  # several ranks told apart
     if not INTERPRET:  # several ranks may share a GPU
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
-    # Input, output and float32 reference refused up front, not halfway out of memory.
     dtype = DTYPES[args.dtype]
-    need = args.rows * args.cols * (2 * dtype.itemsize + 3 * 4)
-    page = os.sysconf("SC_PAGE_SIZE")
-    free = page * os.sysconf("SC_AVPHYS_PAGES") if INTERPRET else torch.cuda.mem_get_info()[0]
-    if need > free:
-        print(f"{tag}: error: {args.rows} x {args.cols} {args.dtype} needs about "
-              f"{need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free on {DEVICE}",
-              file=sys.stderr)  # fmt: skip
+    if why := too_large(args.rows, args.cols, dtype):
+        print(f"{tag}: error: {why}", file=sys.stderr)
         return 2
-    interpreted = "cpu (Triton interpreter: one launch, --iters not run)"  # none timed
+    interpreted = "cpu (Triton interpreter: one launch, --iters not run)"
     print(f"{tag}: device={interpreted if INTERPRET else torch.cuda.get_device_name()}")
     print(f"{tag}: rows={args.rows} cols={args.cols} iters={args.iters}")
     torch.manual_seed(args.seed)
     x = torch.randn(args.rows, args.cols, device=DEVICE).to(dtype)
-    err = (softmax(x).float() - torch.softmax(x.float(), dim=1)).abs().max().item()
+    err = (run(x).float() - torch.softmax(x.float(), dim=1)).abs().max().item()
     print(f"{tag}: max_abs_err={err:.3e}")
     if not err <= TOLERANCE[dtype]:  # written so that NaN fails
         print(f"{tag}: FAIL result differs from torch.softmax", file=sys.stderr)
         return 1
-    for _ in range(0 if INTERPRET else args.iters):
-        softmax(x)
+    for _ in range(0 if INTERPRET else args.iters):  # interpreted launches time nothing
+        run(x)
     if not INTERPRET:
         torch.cuda.synchronize()
     print(f"{tag}: PASS")
@@ -243,7 +286,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    # Success returns normally: Triton 3.6's Proton CLI writes no profile after SystemExit(0).
+    # Success returns normally: Triton 3.6's Proton CLI writes no profile after SystemExit.
     status = main()
     if status:
         raise SystemExit(status)

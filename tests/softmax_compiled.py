@@ -1,4 +1,4 @@
-"""A model's use of softmax.py under torch.compile, for `make profile SCRIPT=`: attention
+"""A model's use of softmax_op.softmax under torch.compile, for `make profile SCRIPT=`: attention
 weights softmax(q k^T / sqrt(d)) in a module compiled whole (fullgraph), checked once
 against the same module in eager mode with torch.softmax, then run --iters more times.
 
@@ -11,6 +11,7 @@ Inductor cannot compile Triton kernels for the interpreter. Exit status: 0 PASS,
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -19,20 +20,22 @@ import softmax  # noqa: E402 - first: it picks Triton's interpreter where there 
 # isort: split
 import torch  # noqa: E402
 
+from softmax_op import softmax as normalise  # noqa: E402
+
 
 class Scores(torch.nn.Module):
     """Attention weights of rows queries against cols keys, as a model computes them."""
 
-    def __init__(self, dim, normalise):
+    def __init__(self, dim: int, normalise: Callable) -> None:
         super().__init__()
         self.proj = torch.nn.Linear(dim, dim)
         self.normalise = normalise
 
-    def forward(self, q, k):
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         return self.normalise(self.proj(q) @ k.t() / k.shape[-1] ** 0.5)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     parser = softmax._Parser(description=__doc__.split("\n\n")[0])
     for name, default in ("rows", 1024), ("cols", 1024), ("iters", 20):
         parser.add_argument(f"--{name}", type=int, default=default, help=f"(default {default})")
@@ -42,7 +45,7 @@ def main(argv=None):
     if not softmax.INTERPRET:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     torch.manual_seed(0)
-    ours = Scores(64, softmax.softmax).to(softmax.DEVICE)
+    ours = Scores(64, normalise).to(softmax.DEVICE)
     theirs = Scores(64, lambda t: torch.softmax(t, -1)).to(softmax.DEVICE)
     theirs.load_state_dict(ours.state_dict())
     model = ours if softmax.INTERPRET else torch.compile(ours, fullgraph=True)

@@ -1,12 +1,13 @@
-"""softmax.py: softmax() against torch.softmax, its launch cache, the command line, and
-`make profile` / `make intra` of it end to end.
+"""softmax.py: softmax() against torch.softmax, its launch, its command line, the file
+copied alone, and `make profile` / `make intra` of it end to end.
 
-On a CPU machine every kernel runs in Triton's interpreter; the tests marked gpu run
-the same checks on a real GPU at full size. The long-row kernels: test_long_rows.py.
+On a CPU machine the kernel runs in Triton's interpreter; the tests marked gpu run the same
+checks on a real GPU at full size. Long rows: test_long_rows.py; the op: test_softmax_op.py.
 """
 
-import contextlib
 import json
+import shutil
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -15,17 +16,15 @@ import torch
 import yaml
 from conftest import ROOT, run
 
-import long_rows
 import softmax as sm
-import softmax_op
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
-def check(x):
+def check(x, softmax=sm.softmax):
     """softmax(x) matches torch.softmax within the CLI's tolerance and leaves x alone."""
     before = x.clone()
-    y = sm.softmax(x)
+    y = softmax(x)
     assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
     ref = torch.softmax(x.float(), dim=-1)
     torch.testing.assert_close(y.float(), ref, atol=sm.TOLERANCE[x.dtype], rtol=0, equal_nan=True)
@@ -46,41 +45,23 @@ def test_matches_torch(shape, dtype):
     check(randn(*shape, dtype))
 
 
-def test_short_rows_share_a_program():
-    block_m, block_n, _ = sm.launch_config(4096, 256, 132, 32)
-    assert block_m > 1 and block_n == 256
-    assert sm.launch_config(4096, 1024, 132, 32)[0] == 1
-    assert sm.launch_config(256, 262144, 132, 32) is None  # too long for one program
-
-
-def test_the_interpreter_gets_few_large_programs(monkeypatch):
-    # Each program is interpreted in Python: 256 rows of 1024 run as 4 programs, not 256.
-    fake = FakeJit(sm.softmax_kernel)
-    monkeypatch.setattr(sm, "softmax_kernel", fake)
-    monkeypatch.setattr(sm, "_launches", {})
-    check(randn(256, 1024))
-    assert fake.jit_launches == [(4, 1, 1)]
-
-
-def test_empty_and_bad_inputs():
-    assert sm.softmax(randn(0, 5)).shape == (0, 5)
-    for rows, cols in [(2**31 - 2**16 + 1, 5), (3, 2**31)]:  # views of one element
-        with pytest.raises(ValueError, match="too large for 32-bit indices"):
-            sm.softmax(torch.zeros(1, 1, device=sm.DEVICE).expand(rows, cols))
-    with pytest.raises(ValueError, match="1-D or more .* got a 0-D"):
-        sm.softmax(torch.zeros((), device=sm.DEVICE))
-    with pytest.raises(ValueError, match="float32, float16 or bfloat16 .* got .*float64"):
-        sm.softmax(torch.zeros(2, 2, device=sm.DEVICE, dtype=torch.float64))
-    for other in ([[1.0]], torch.zeros(2, 2).to_sparse()):  # no strides to key on
-        with pytest.raises(ValueError, match="expects a dense torch.Tensor"):
-            sm.softmax(other)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_awkward_values(dtype):
+    # Near 1e4, exp() overflows to inf without the max subtraction: rows of inf / inf.
+    y = check(randn(4, 50, dtype, scale=1e4))
+    assert torch.isfinite(y).all()
+    check(torch.full((3, 50), 7.0, device=sm.DEVICE, dtype=dtype))  # constant rows
+    x = randn(4, 50, dtype)
+    x[0, ::3] = -float("inf")  # some -inf: those entries become 0
+    x[1, :] = -float("inf")  # all -inf: NaN, as torch.softmax gives
+    x[2, 48:] = float("nan")  # a NaN: a row of NaN, as torch gives
+    y = check(x)
+    assert (y[0, ::3] == 0).all() and y[1].isnan().all() and y[2].isnan().all()
+    assert torch.isfinite(y[3]).all()
 
 
 @pytest.mark.parametrize("shape", [(7,), (2, 3, 50), (2, 1, 3, 17), (4, 0, 5), (3, 0)], ids=str)
-@pytest.mark.parametrize("use_tiles", [False, True], ids=["fused", "tiled"])
-def test_any_rank_over_the_last_dimension(request, shape, use_tiles):
-    if use_tiles:
-        request.getfixturevalue("tiled")
+def test_any_rank_over_the_last_dimension(shape):
     check(torch.randn(shape, device=sm.DEVICE))
 
 
@@ -90,36 +71,50 @@ def test_any_rank_over_the_last_dimension(request, shape, use_tiles):
         (lambda: torch.randn(4, 6, 50)[:, ::2], False),  # leading dimensions of one row stride
         (lambda: torch.randn(50, 3, 4).permute(1, 2, 0), False),  # columns 12 apart
         (lambda: torch.randn(4, 6, 50).transpose(0, 1), True),  # no one row stride
+        (lambda: torch.randn(300, 4).t(), False),  # a column stride of 4
     ],
-    ids=["sliced", "permuted", "transposed"],
+    ids=["sliced", "permuted", "transposed", "strided columns"],
 )
 def test_rows_are_a_view_where_the_strides_allow(make, copied):
-    # The kernels read a view of x's rows; only where none exists do they read a copy.
+    # The kernel reads a view of x's rows; only where none exists does it read a copy.
     x = make().to(sm.DEVICE)
-    assert softmax_op.compile_launch(x)[4] == copied
+    assert (sm.as_rows(x).data_ptr() != x.data_ptr()) == copied
     check(x)
 
 
-def test_launches_are_kept_by_key():
-    # A key's later calls skip the checks and the compile: a key that failed to form
-    # would still give right answers, every call paying the first call's cost.
-    x = randn(3, 100)
-    sm._launches.clear()
-    check(x)
-    assert list(sm._launches) == [sm._key(x)]
+def test_column_offsets_past_32_bits_are_read_from_a_copy():
+    # Meta tensors: shapes and strides with no memory behind them.
+    big = torch.empty(2**32, device="meta")
+    assert sm.as_rows(big.as_strided((2, 3), (1, 2**30))).is_contiguous()  # 2 * 2**30
+    assert not sm.as_rows(big.as_strided((2, 3), (1, 2**29))).is_contiguous()
 
 
-def test_a_negated_view_is_not_taken_for_its_stored_values():
-    # z.conj().imag negates z's imaginary parts lazily (is_neg()); the kernel reads the
-    # stored values, so the view launches on a copy that holds them negated.
+def test_a_negated_view_is_read_as_the_values_it_shows():
+    # z.conj().imag negates z's imaginary parts lazily (is_neg()); the kernel reads stored
+    # values, so such a view is resolved first.
     z = torch.randn(4, 50, dtype=torch.complex64, device=sm.DEVICE)
-    check(z.imag)  # the same strides and storage, not negated: another key
+    check(z.imag)
     check(z.conj().imag)
+
+
+def test_empty_and_bad_inputs():
+    assert sm.softmax(randn(0, 5)).shape == (0, 5)
+    with pytest.raises(ValueError, match="too large for 32-bit indices"):
+        sm.softmax(torch.zeros(1, 1, device=sm.DEVICE).expand(2**31 - 2**16 + 1, 5))
+    with pytest.raises(ValueError, match="longer than one program holds .*long_rows.py"):
+        sm.softmax(torch.zeros(1, 1, device=sm.DEVICE).expand(3, sm.MAX_FUSED_COLS + 1))
+    with pytest.raises(ValueError, match="1-D or more .* got a 0-D"):
+        sm.softmax(torch.zeros((), device=sm.DEVICE))
+    with pytest.raises(ValueError, match="float32, float16 or bfloat16 .* got .*float64"):
+        sm.softmax(torch.zeros(2, 2, device=sm.DEVICE, dtype=torch.float64))
+    for other in ([[1.0]], torch.zeros(2, 2).to_sparse()):
+        with pytest.raises(ValueError, match="expects a dense torch.Tensor"):
+            sm.softmax(other)
 
 
 def test_concurrent_calls_all_get_their_own_result():
     # Threads calling softmax() at once: the interpreter patches triton.language while a
-    # kernel runs, so interpreted launches take a lock; on a GPU each is a launch.
+    # kernel runs, so interpreted launches take turns; on a GPU each is a launch.
     inputs = [randn(3 + i, 40 + i) for i in range(8)]
     start, results, errors = threading.Barrier(len(inputs)), {}, []
 
@@ -141,255 +136,92 @@ def test_concurrent_calls_all_get_their_own_result():
         torch.testing.assert_close(results[i], torch.softmax(x, dim=1), atol=1e-6, rtol=0)
 
 
-# The launch path of a GPU, on CPU: fakes stand in for Triton's compiled kernels, and
-# launch the real kernels in the interpreter with the arguments given.
+# The plan and the launch as a GPU makes them, on CPU: a recorder stands in for the kernel.
 
 
-def interpretable(kernel, args):
-    """args with SCOPES and ALIGNED off: the interpreter runs neither Proton's scope
-    calls nor inline assembly."""
-    off = {"SCOPES", "ALIGNED"}
-    return tuple(
-        False if name in off else a for name, a in zip(kernel.arg_names, args, strict=True)
-    )
+class Recorder:
+    """Stands in for a @triton.jit kernel: kernel[grid](**args) records grid and args,
+    and launches `kernel` with them where one is given."""
 
-
-class FakeCompiled:
-    """What kernel.warmup() returns: compiled[grid](*args) launches it."""
-
-    def __init__(self, kernel, num_warps, options, dry):
-        self.kernel, self.num_warps, self.options, self.launches = kernel, num_warps, options, []
-        self.dry = dry
+    def __init__(self, kernel=None):
+        self.kernel, self.launches = kernel, []
 
     def __getitem__(self, grid):
-        def runner(*args):
-            self.launches.append(grid)
-            if not self.dry:
-                self.kernel[grid](*interpretable(self.kernel, args), num_warps=self.num_warps)
+        def launch(**args):
+            self.launches.append((grid, args))
+            if self.kernel is not None:
+                self.kernel[grid](**args)
 
-        return runner
-
-
-class FakeJit:
-    """A @triton.jit kernel: warmup() 'compiles' (each call counted), kernel[grid](...)
-    launches it the slow way (each launch's grid and options kept)."""
-
-    def __init__(self, kernel):
-        self.kernel, self.compiled, self.pre_run_hooks = kernel, [], []
-        self.jit_launches, self.jit_options = [], []
-        self.arg_names, self.dry = kernel.arg_names, False  # dry: launches only counted
-
-    def warmup(self, *args, grid, num_warps, **options):
-        self.compiled.append(FakeCompiled(self.kernel, num_warps, options, self.dry))
-        return self.compiled[-1]
-
-    def __getitem__(self, grid):
-        def run(*args, num_warps, **options):
-            self.jit_launches.append(grid)
-            self.jit_options.append(options)
-            if not self.dry:
-                self.kernel[grid](*interpretable(self.kernel, args), num_warps=num_warps)
-
-        return run
+        return launch
 
 
-KERNELS = {
-    "softmax_kernel": sm,
-    "softmax_long_rows_kernel": long_rows,
-    "softmax_long_rows_lagged_kernel": long_rows,
-}
+def gpu(monkeypatch, sms, warp_size=32):
+    """torch.cuda.get_device_properties of a GPU of `sms` SMs; the plans made anew."""
+    props = SimpleNamespace(multi_processor_count=sms, warp_size=warp_size)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    sm.plan.cache_clear()
 
 
-@pytest.fixture
-def gpu_path(monkeypatch):
-    """softmax() as it runs on a GPU of one SM (CPU tensors stand in), kernels faked."""
-    fakes = {}
-    for name, module in KERNELS.items():
-        fakes[name] = FakeJit(getattr(module, name))
-        monkeypatch.setattr(module, name, fakes[name])
-    monkeypatch.setattr(sm, "INTERPRET", False)
-    monkeypatch.setattr(sm, "_launches", {})
-    monkeypatch.setattr(sm, "_one_gpu", sm._one_gpu)  # softmax() sets it: restored afterwards
-    monkeypatch.setattr(sm.torch.cuda, "current_device", lambda: -1)  # a CPU tensor's index
-    gpu(monkeypatch, sms=1)
-    return fakes
+@pytest.fixture(autouse=True)
+def fresh_plans():
+    sm.plan.cache_clear()
+    yield
+    sm.plan.cache_clear()
 
 
-def gpu(monkeypatch, sms):
-    props = SimpleNamespace(multi_processor_count=sms, warp_size=32)
-    monkeypatch.setattr(sm.torch.cuda, "get_device_properties", lambda device: props)
+@pytest.mark.parametrize(
+    "rows, cols, sms, warp_size, planned",
+    [
+        (4096, 256, 132, 32, (4, 256, 2, (1024,))),  # short rows share a program
+        (4096, 1024, 132, 32, (1, 1024, 2, (4096,))),
+        (4096, 16384, 132, 32, (1, 16384, 16, (4096,))),  # at most 16 warps
+        (64, 256, 132, 32, (1, 256, 1, (64,))),  # two programs an SM come first
+        (4096, 256, 304, 64, (4, 256, 1, (1024,))),  # an MI300X: 304 CUs of 64 lanes
+    ],
+)
+def test_the_plan_on_a_gpu(monkeypatch, rows, cols, sms, warp_size, planned):
+    gpu(monkeypatch, sms, warp_size)
+    assert tuple(sm.plan(rows, cols, 0)) == planned
 
 
-@pytest.fixture
-def tiled(monkeypatch):
-    """Rows longer than 8 columns cut into tiles of 32 bytes (8 float32 or 16 half
-    columns): in the interpreter, the kernel that writes each tile lag tickets after
-    reducing it."""
-    monkeypatch.setattr(sm, "MAX_FUSED_COLS", 8)
-    monkeypatch.setattr(long_rows, "TILE_BYTES", 32)
-    monkeypatch.setattr(sm, "_launches", {})  # launches bound to the real limits' kernels
+def test_the_interpreter_gets_few_large_programs():
+    # Each program is interpreted in Python: 256 rows of 1024 run as 4 programs, not 256.
+    assert sm.plan(256, 1024, None).grid == (4,)
 
 
-def compiles(fakes):
-    return {name: len(fake.compiled) for name, fake in fakes.items() if fake.compiled}
-
-
-def test_a_key_compiles_once_and_then_launches_the_compiled_kernel(gpu_path):
-    fakes = gpu_path
-    x = randn(5, 100)
-    for _ in range(3):
-        check(x)
-    check(randn(5, 100))  # other values, same key
-    assert compiles(fakes) == {"softmax_kernel": 1}
-    (compiled,) = fakes["softmax_kernel"].compiled
-    assert compiled.launches == [(-(-5 // sm.launch_config(5, 100, 1, 32)[0]), 1, 1)] * 4
-    assert fakes["softmax_kernel"].jit_launches == []
-
-
-@pytest.mark.parametrize("hooked", [False, True], ids=["compiled", "kernel[grid]"])
-@pytest.mark.parametrize("amd", [False, True], ids=["nvidia", "amd"])
-def test_held_half_tiles_reach_the_compiler_with_fewer_registers(
-    gpu_path, monkeypatch, hooked, amd
-):
-    # long_rows' maxnreg reaches warmup() or kernel[grid] (NVIDIA only: test_long_rows).
-    monkeypatch.setattr(long_rows, "AMD", long_rows.tl.constexpr(amd))
+def test_the_launch_passes_the_plan_and_the_rows_strides(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(sm, "softmax_kernel", recorder)
     gpu(monkeypatch, sms=132)
-    fake = gpu_path["softmax_long_rows_kernel"]
-    fake.dry = True  # two tiles, each held: the interpreter would wait for ever
-    if hooked:
-        fake.pre_run_hooks.append(print)
-    sm.softmax(randn(1, 16384 + 16, torch.float16))
-    options = fake.jit_options[0] if hooked else fake.compiled[0].options
-    assert options == ({} if amd else {"maxnreg": long_rows.HALF_TILE_REGS})
-
-
-def test_the_launch_cache_is_bounded(gpu_path, monkeypatch):
-    # One entry a key: a workload of ever new shapes starts the cache again, not grows it.
-    monkeypatch.setattr(sm, "MAX_LAUNCHES", 2)
-    for cols in (100, 101, 102, 103, 100):
-        check(randn(5, cols))
-    assert len(sm._launches) <= 2
-
-
-@pytest.mark.parametrize(
-    "hook",
-    [
-        lambda monkeypatch, fake: fake.pre_run_hooks.append(print),
-        lambda monkeypatch, fake: monkeypatch.setattr(sm.knobs.runtime, "jit_cache_hook", print),
-    ],
-    ids=["pre_run_hooks", "jit_cache_hook"],
-)
-def test_per_call_hooks_launch_through_triton(gpu_path, monkeypatch, hook):
-    # Hooks that kernel[grid] runs on every call, and a compiled kernel would skip.
-    fake = gpu_path["softmax_kernel"]
-    hook(monkeypatch, fake)
-    check(randn(5, 100))
-    check(randn(5, 100))
-    assert len(fake.jit_launches) == 2 and fake.compiled == [] and sm._launches == {}
-
-
-def aligned_pair():
-    base = torch.randn(504, device=sm.DEVICE)
-    return base[:500].view(5, 100), base[1:501].view(5, 100)  # same strides, 4 bytes apart
-
-
-def big_storage():
-    # 2 GiB and more of storage, never touched but for the view's 500 elements.
-    return torch.empty(2**29 + 4, device=sm.DEVICE)[:500].view(5, 100).normal_()
-
-
-@pytest.mark.parametrize(
-    "other",
-    [
-        lambda mp: randn(5, 100, torch.bfloat16),  # dtype
-        lambda mp: randn(5, 112),  # columns divisible by 16: another specialisation
-        lambda mp: randn(1, 100),  # one row: Triton folds n_rows == 1 into the code
-        lambda mp: randn(100, 5).t(),  # strides
-        lambda mp: aligned_pair()[1],  # a pointer off 16-byte alignment
-        lambda mp: mp.setattr(sm.knobs.runtime, "debug", True) or randn(5, 100),
-        lambda mp: (
-            mp.setattr(sm.knobs.compilation, "instrumentation_mode", "default") or randn(5, 100)
-        ),
-        lambda mp: mp.setenv("TRITON_FPSAN_HOMOMORPHIC_CASTS", "1") or randn(5, 100),
-    ],
-    ids=[
-        "dtype",
-        "cols%16",
-        "rows==1",
-        "strides",
-        "alignment",
-        "debug",
-        "instrumentation",
-        "fpsan",
-    ],  # fmt: skip
-)
-def test_what_the_compiled_code_depends_on_gets_its_own_kernel(gpu_path, monkeypatch, other):
-    if "fpsan" in str(other.__code__.co_consts) and not hasattr(
-        sm.knobs.compilation, "fpsan_homomorphic_casts"
-    ):
-        pytest.skip("Triton before 3.9 has no float sanitizer")
-    check(aligned_pair()[0])
-    check(other(monkeypatch))
-    assert compiles(gpu_path) == {"softmax_kernel": 2}
-
-
-@pytest.mark.parametrize("hip", [True, False], ids=["amd", "nvidia"])
-def test_a_storage_past_2_gib_gets_its_own_kernel_on_amd(gpu_path, monkeypatch, hip):
-    # AMD's buffer loads need a storage under 2 GiB; NVIDIA compiles the same code.
-    monkeypatch.setattr(sm, "HIP", hip)
-    check(randn(5, 100))
-    check(big_storage())
-    assert compiles(gpu_path) == {"softmax_kernel": 2 if hip else 1}
-
-
-def test_a_tensor_off_the_current_device_is_launched_on_its_own(gpu_path, monkeypatch):
-    # Triton compiles for and launches on the current device, torch allocates on the
-    # tensor's: a tensor elsewhere is compiled for and launched under its own device.
-    current, entered = [-1], []  # a CPU tensor's index is -1
-
-    @contextlib.contextmanager
-    def device(where):
-        entered.append(where)
-        before, current[0] = current[0], -1
-        yield
-        current[0] = before
-
-    monkeypatch.setattr(sm.torch.cuda, "device", device)
-    monkeypatch.setattr(sm.torch.cuda, "current_device", lambda: current[0])
-    monkeypatch.setattr(sm.torch.cuda, "device_count", lambda: 2)  # a machine of several GPUs
-    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    x = randn(5, 100)
-    for current[0] in (-1, 3, 3, -1):
-        check(x)
-    assert entered == [x.device] * 2  # at 3, each call under x's device
-    assert compiles(gpu_path) == {"softmax_kernel": 1}
-
-
-def test_long_rows_beyond_the_gpu_are_written_lag_tickets_later(gpu_path, tiled):
-    # Seven tiles a row on a GPU of one SM: a program waits only for lower tickets, all
-    # taken by programs already running, so even one program at a time finishes.
-    fakes = gpu_path
-    for _ in range(2):
-        check(randn(3, 50))
-    assert compiles(fakes) == {"softmax_long_rows_lagged_kernel": 1}
-    lag = 7 + long_rows.LAG_PER_SM
-    assert (
-        fakes["softmax_long_rows_lagged_kernel"].compiled[0].launches == [(3 * 7 + lag, 1, 1)] * 2
+    planned = sm.plan.__wrapped__  # for device 0, whatever the tensor's
+    monkeypatch.setattr(sm, "plan", lambda rows, cols, device: planned(rows, cols, 0))
+    x = randn(4096, 600)[:, :500]  # a row stride of 600
+    out = torch.empty(4096, 500, device=sm.DEVICE)
+    sm.launch(x, out)
+    ((grid, args),) = recorder.launches
+    assert grid == (2048,) and args.pop("out_ptr") is out and args.pop("in_ptr") is x
+    assert args == dict(
+        n_rows=4096,
+        n_cols=500,
+        in_row_stride=600,
+        in_col_stride=1,
+        BLOCK_M=2,
+        BLOCK_N=512,
+        num_warps=2,
     )
 
 
-def test_a_tensor_elsewhere_is_refused(gpu_path, monkeypatch):
-    x = randn(5, 100)
-    monkeypatch.setattr(sm, "DEVICE", "cuda")  # a GPU machine, given a CPU tensor
-    with pytest.raises(ValueError, match="softmax expects .* on cuda, got .* on cpu"):
-        sm.softmax(x)
+def test_launch_metadata_names_the_shape_and_the_bytes_moved():
+    args = {"in_ptr": randn(3, 5, torch.bfloat16), "n_rows": 3, "n_cols": 5}
+    meta = sm.launch_metadata((3,), SimpleNamespace(name="softmax_kernel"), args)
+    assert meta == {"name": "softmax_kernel [3x5 bfloat16]", "bytes": 2 * 3 * 5 * 2}
 
 
 # The command line, as a user runs it.
 
 
 def test_cli_prints_the_four_lines():
-    p = run(sm.sys.executable, "softmax.py", "--rows", 64, "--cols", 1000, "--iters", 3)
+    p = run(sys.executable, "softmax.py", "--rows", 64, "--cols", 1000, "--iters", 3)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert len(lines) == 4
@@ -399,6 +231,25 @@ def test_cli_prints_the_four_lines():
     assert float(lines[2].split("=")[1]) <= 1e-6
     assert lines[3] == "softmax: PASS"
     assert p.stderr == ""
+
+
+def test_softmax_py_copied_alone_checks_its_rows_and_names_the_file_for_longer(tmp_path):
+    shutil.copy(ROOT / "softmax.py", tmp_path)
+    env = {"PYTHONPATH": ""}
+    p = run(sys.executable, "softmax.py", "--rows", 8, "--cols", 16384, cwd=tmp_path, env=env)
+    assert p.returncode == 0 and p.stdout.endswith("softmax: PASS\n"), p.stderr
+    p = run(sys.executable, "softmax.py", "--cols", 20000, cwd=tmp_path, env=env)
+    assert p.returncode == 2 and p.stdout == ""
+    assert (
+        p.stderr
+        == "softmax: error: rows of more than 16384 columns: python long_rows.py --cols 20000\n"
+    )
+
+
+def test_importing_softmax_loads_no_inductor():
+    code = "import sys, softmax; print('torch._inductor' in sys.modules)"
+    p = run(sys.executable, "-c", code)
+    assert p.returncode == 0 and p.stdout == "False\n", p.stderr
 
 
 def main(capsys, *argv):
@@ -425,7 +276,7 @@ def main(capsys, *argv):
         (["--cols"], "argument --cols: expected one argument"),
         (["--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
-        (["--cols", "2147483647"], "needs about"),
+        (["--rows", "2147483647", "--cols", "16384"], "needs about"),
     ],
 )
 def test_cli_refuses_bad_arguments(capsys, args, message):
@@ -436,10 +287,9 @@ def test_cli_refuses_bad_arguments(capsys, args, message):
 
 
 @pytest.mark.parametrize("wrong", [torch.zeros_like, lambda y: torch.full_like(y, float("nan"))])
-def test_cli_fails_on_a_wrong_result(monkeypatch, capsys, wrong):
-    real = sm.softmax
-    monkeypatch.setattr(sm, "softmax", lambda x: wrong(real(x)))
-    status, out, err = main(capsys, "--rows", 8, "--cols", 16, "--iters", 1)
+def test_cli_fails_on_a_wrong_result(capsys, wrong):
+    status = sm.main(["--rows", "8", "--cols", "16"], run=lambda x: wrong(sm.softmax(x)))
+    out, err = capsys.readouterr()
     assert status == 1 and "softmax: PASS" not in out
     assert err == "softmax: FAIL result differs from torch.softmax\n"
 
@@ -450,7 +300,6 @@ def test_cli_marks_its_lines_with_the_rank_under_a_launcher(monkeypatch, capsys)
     status, out, _ = main(capsys, "--rows", 8, "--cols", 16)
     assert status == 0 and len(out.splitlines()) == 4
     assert all(line.startswith("softmax[rank 3]: ") for line in out.splitlines())
-    assert out.endswith("softmax[rank 3]: PASS\n")
     monkeypatch.setenv("WORLD_SIZE", "1")  # a launcher of one process: as when alone
     assert main(capsys, "--rows", 8, "--cols", 16)[1].endswith("\nsoftmax: PASS\n")
     monkeypatch.setenv("LOCAL_RANK", "one")
@@ -458,38 +307,22 @@ def test_cli_marks_its_lines_with_the_rank_under_a_launcher(monkeypatch, capsys)
     assert status == 2 and out == "" and err.count("\n") == 1 and "LOCAL_RANK" in err
 
 
+# On the GPU, at full size.
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_gpu_cli_passes_at_the_default_shape(dtype):
-    p = run(sm.sys.executable, "softmax.py", "--dtype", dtype)
+    p = run(sys.executable, "softmax.py", "--dtype", dtype)
     assert p.returncode == 0, p.stderr
-    assert "interpreter" not in p.stdout
-    assert p.stdout.splitlines()[1] == "softmax: rows=4096 cols=1024 iters=20"
     assert p.stdout.endswith("softmax: PASS\n")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(4096, 256), (4096, 16384), (65536, 2048), (256, 262144)])
+@pytest.mark.parametrize("shape", [(4096, 256), (4096, 16384), (65536, 2048), (3, 5, 1000)])
 def test_gpu_matches_torch_at_full_size(shape, dtype):
-    x = randn(*shape, dtype)
-    x[1, : shape[1] // 2] = -float("inf")
-    check(x)
-    check(randn(shape[1], 64, dtype).t())
-
-
-@pytest.mark.gpu
-def test_gpu_cached_launches_stay_correct():
-    # Interleaved keys, each launched several times: every launch after the first of a
-    # key goes to its compiled kernel.
-    inputs = [randn(4096, 1024), randn(4096, 1000, torch.bfloat16), randn(1024, 300).t(),
-              randn(7, 40000, torch.float16), randn(1, 64), randn(300, 1025)[:, 1:],
-              randn(3, 2**20 + 1)]  # fmt: skip
-    sm._launches.clear()
-    for _ in range(3):
-        for x in inputs:
-            check(x.normal_())
-    assert len(sm._launches) == len(inputs)
+    check(torch.randn(shape, device="cuda").to(dtype))
 
 
 @pytest.mark.gpu
@@ -500,13 +333,13 @@ def test_gpu_refuses_a_cpu_tensor():
 
 @pytest.mark.gpu
 def test_gpu_scopes_leave_no_trace_without_instrumentation():
-    # With instrumentation off, pl scopes compile to nothing, SCOPES True or False: the
-    # same code, and no clock read in it. Under Proton's instrumentation they read clocks.
+    # With instrumentation off, Proton's scopes compile to nothing: no clock read.
     x, out = randn(64, 1024), torch.empty(64, 1024, device="cuda")
-    args = (out, x, 64, 1024, 1024, 1, 1024, 1, 1024)
-    plain = sm.softmax_kernel.warmup(*args, False, grid=(64,), num_warps=4).asm["ptx"]
-    scoped = sm.softmax_kernel.warmup(*args, True, grid=(64,), num_warps=4).asm["ptx"]
-    assert plain == scoped and "%clock" not in plain and "globaltimer" not in plain
+    args = dict(out_ptr=out, in_ptr=x, n_rows=64, n_cols=1024, in_row_stride=1024)
+    blocks = dict(in_col_stride=1, BLOCK_M=1, BLOCK_N=1024)
+    compiled = sm.softmax_kernel.warmup(**args, **blocks, grid=(64,), num_warps=4)
+    ptx = compiled.asm["ptx"]
+    assert "%clock" not in ptx and "globaltimer" not in ptx
 
 
 # `make profile` and `make intra` of softmax.py, end to end on the GPU.
@@ -526,40 +359,39 @@ def ours(summary, kernel="softmax_kernel"):
     return [s for s in sites if any(k["name"].startswith(kernel) for k in s["kernels"])]
 
 
-def check_capture(p, out, hook):
+def check_capture(p, run_folder, hook):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "softmax: PASS" in p.stdout
-    assert (out / "proton.hatchet").is_file()
-    summary = json.loads((out / "summary.json").read_text())
+    assert (run_folder / "proton.hatchet").is_file()
+    summary = json.loads((run_folder / "summary.json").read_text())
     top = summary["proton_kernels"][0]
     assert top["name"].startswith("softmax_kernel")
     assert top["launches"] == 20 + 1
     assert ("gbyte_per_s" in top) == hook
     if hook:  # named by softmax.py's launch_metadata, with the bytes it moves
         assert top["name"] == "softmax_kernel [4096x1024 float32]"
-        assert top["gbyte_per_s"] > 100
+        assert 0.05 < top["pct_of_peak_bw"] < 2
     sites = ours(summary)
     assert sorted(k["launches"] for s in sites for k in s["kernels"]) == [1, 20]
-    # The launch site is a line of softmax(), not a launcher's.
-    assert all(s["callsite"].endswith(" softmax") for s in sites)
+    assert all(s["callsite"].endswith(" launch") for s in sites)  # the launch's line
     torch_site = [
-        s for s in summary["proton_callsites"]
+        s
+        for s in summary["proton_callsites"]
         if any("softmax_warp_forward" in k["name"] for k in s["kernels"])
-    ]  # fmt: skip
+    ]
     assert len(sites) == 2 and len(torch_site) == 1 and torch_site[0] not in sites
 
 
 @pytest.mark.gpu
 def test_gpu_make_profile(tmp_path):
     p = run("make", "-s", "profile", f"OUT={tmp_path}")
-    check_capture(p, tmp_path / "profile", hook=False)
+    check_capture(p, tmp_path / "profile" / "latest", hook=False)
 
 
 @pytest.mark.gpu
 def test_gpu_make_profile_with_the_triton_hook(tmp_path):
-    r = recipe(tmp_path, hook="triton")
-    p = run("make", "-s", "profile", f"OUT={tmp_path}", f"RECIPE={r}")
-    check_capture(p, tmp_path / "profile", hook=True)
+    p = run("make", "-s", "profile", f"OUT={tmp_path}", "HOOK=triton")
+    check_capture(p, tmp_path / "profile" / "latest", hook=True)
 
 
 @pytest.mark.gpu
@@ -567,18 +399,15 @@ def test_gpu_make_profile_of_two_ranks(tmp_path):
     p = run("make", "-s", "profile", f"OUT={tmp_path}", "NPROC=2", "ITERS=3")
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("PASS") == 2 and "softmax[rank 1]: PASS" in p.stdout
-    summary = json.loads((tmp_path / "profile" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "profile" / "latest" / "summary.json").read_text())
     assert [r["rank"] for r in summary["proton_ranks"]] == [0, 1]
-    assert [r["files"] for r in summary["proton_ranks"]] == [
-        [str(tmp_path / "profile" / f"proton.rank{r}.hatchet")] for r in (0, 1)
-    ]
 
 
 @pytest.mark.gpu
 def test_gpu_make_intra(tmp_path):
     p = run("make", "-s", "intra", f"OUT={tmp_path}", "ITERS=2")
     assert p.returncode == 0, p.stdout + p.stderr
-    summary = json.loads((tmp_path / "intra" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "intra" / "latest" / "summary.json").read_text())
     scopes = {s["scope"]: s for s in summary["proton_scopes"]}
     assert set(scopes) == {"load", "max", "exp_sum", "store"}
     assert sum(s["share"] for s in scopes.values()) == pytest.approx(1.0)

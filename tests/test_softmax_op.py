@@ -1,4 +1,5 @@
-"""softmax_op.py: softmax() as a PyTorch op, its backward, and torch.compile of a caller.
+"""softmax_op.py: softmax() for a model, the PyTorch op and its backward, and
+torch.compile of a caller.
 
 On CPU the op runs eagerly through Triton's interpreter (forward and backward kernels
 alike); torch.library.opcheck and torch.compile cannot run there, as both trace the op with
@@ -6,20 +7,34 @@ fake tensors, whose storage the interpreter cannot reach: those tests are marked
 """
 
 import json
+import sys
 
 import pytest
 import torch
 from conftest import run
-from test_softmax import DTYPES, ours, tiled  # noqa: F401 - tiled: a fixture
+from test_softmax import DTYPES, check, ours
 
+import long_rows as lr
 import softmax as sm
 import softmax_op
+from softmax_op import softmax
+
+
+@pytest.fixture
+def tiled(monkeypatch):
+    """Rows longer than 8 columns are long rows, cut into tiles of 32 bytes (8 float32 or
+    16 half columns), which the interpreter runs through the lagged kernel."""
+    monkeypatch.setattr(sm, "MAX_FUSED_COLS", 8)
+    monkeypatch.setattr(lr, "TILE_BYTES", 32)
+    lr.plan.cache_clear()
+    yield
+    lr.plan.cache_clear()
 
 
 def grads(x, dy):
     """dx of softmax(x) for dy, and torch.softmax's computed in float32."""
     x = x.detach().requires_grad_()
-    y = sm.softmax(x)
+    y = softmax(x)
     assert y.grad_fn is not None and "triton_softmax" in y.grad_fn.name()
     (dx,) = torch.autograd.grad(y, x, dy)
     xf = x.detach().float().requires_grad_()
@@ -47,13 +62,21 @@ def test_a_strided_gradient():
     torch.testing.assert_close(dx, ref, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("shape", [(7,), (5, 100), (2, 3, 50)], ids=str)
+@pytest.mark.parametrize("use_tiles", [False, True], ids=["fused", "tiled"])
+def test_one_function_takes_rows_of_any_length(request, shape, use_tiles):
+    if use_tiles:
+        request.getfixturevalue("tiled")
+    check(torch.randn(shape, device=sm.DEVICE), softmax)
+
+
 def test_only_what_autograd_needs_goes_through_the_op():
     x = torch.randn(4, 30, device=sm.DEVICE)
-    assert sm.softmax(x).grad_fn is None  # no grad needed: the cached launch
+    assert softmax(x).grad_fn is None  # no grad needed: softmax.py's launch
     w = x.clone().requires_grad_()
     with torch.no_grad():
-        assert sm.softmax(w).grad_fn is None
-    y = sm.softmax(w * 2)  # inside a graph of autograd: the op, with its backward
+        assert softmax(w).grad_fn is None
+    y = softmax(w * 2)  # inside a graph of autograd: the op, with its backward
     assert y.grad_fn is not None
     y[:, 0].sum().backward()
     assert w.grad is not None and w.grad.abs().sum() > 0
@@ -67,7 +90,7 @@ def test_inputs_that_require_grad_train():
     x = torch.randn(32, 8, device=sm.DEVICE)
     losses = []
     for _ in range(20):
-        loss = -sm.softmax(layer(x))[:, 0].log().mean()
+        loss = -softmax(layer(x))[:, 0].log().mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -78,7 +101,15 @@ def test_inputs_that_require_grad_train():
 def test_the_op_refuses_what_softmax_refuses():
     x = torch.zeros(2, 3, dtype=torch.float64, device=sm.DEVICE, requires_grad=True)
     with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
-        sm.softmax(x)
+        softmax(x)
+    with pytest.raises(ValueError, match="expects a dense torch.Tensor"):
+        softmax([[1.0]])
+
+
+def test_the_command_line_refuses_what_does_not_fit_in_one_line():
+    p = run(sys.executable, "softmax_op.py", "--rows", 1048575, "--cols", 1048575)
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1
+    assert p.stderr.startswith("softmax_op: error: 1048575 x 1048575 float32 needs about")
 
 
 def test_the_op_is_registered_with_its_backward():
@@ -116,8 +147,8 @@ def test_gpu_opcheck(shape, dtype):
 @pytest.mark.parametrize("cols", [1000, 40000], ids=["fused", "long rows"])
 def test_gpu_compiled_forward_and_backward_match_eager(cols):
     torch.manual_seed(0)
-    eager = Model(cols, sm.softmax).cuda()
-    model = Model(cols, sm.softmax).cuda()
+    eager = Model(cols, softmax).cuda()
+    model = Model(cols, softmax).cuda()
     model.load_state_dict(eager.state_dict())
     compiled = torch.compile(model, fullgraph=True)
     x = torch.randn(8, 3, 64, device="cuda")
@@ -132,16 +163,16 @@ def test_gpu_compiled_forward_and_backward_match_eager(cols):
 @pytest.mark.gpu
 def test_gpu_compiled_graph_holds_the_kernel_without_a_break():
     x = torch.randn(4, 100, device="cuda")
-    explained = torch._dynamo.explain(lambda t: sm.softmax(t) * 2)(x)
+    explained = torch._dynamo.explain(lambda t: softmax(t) * 2)(x)
     assert explained.graph_break_count == 0 and explained.graph_count == 1
 
 
 @pytest.mark.gpu
 def test_gpu_profile_of_a_compiled_caller_names_softmax_kernel(tmp_path):
-    p = run("make", "-s", "profile", f"OUT={tmp_path}", "SCRIPT=tests/softmax_compiled.py",
-            "ARGS=--iters 5")  # fmt: skip
+    script = ["SCRIPT=tests/softmax_compiled.py", "ARGS=--iters 5"]
+    p = run("make", "-s", "profile", f"OUT={tmp_path}", *script)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "softmax_compiled: PASS" in p.stdout
-    summary = json.loads((tmp_path / "profile" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "profile" / "latest" / "summary.json").read_text())
     sites = ours(summary)
     assert sites and any("softmax_compiled.py" in s["callsite"] for s in sites)
