@@ -1,291 +1,206 @@
-"""Run a Python script under Proton, as `python -m triton.profiler.proton` does, with the
-two things that command cannot do: one capture per rank, and an instrumentation mode.
+"""Run a Python script under Proton as `python -m triton.profiler.proton` does, with what
+that command cannot do: a capture per rank, and an instrumentation mode; and say what
+made a run's captures.
 
-    python proton_launch.py [-n NAME] [-b BACKEND] [-c CONTEXT] [-d DATA] [-k triton]
-                            [--mode MODE] [--env] [--run-id ID] SCRIPT.py [ARGS ...]
-    python proton_launch.py --provenance [-n NAME] [-b BACKEND] [--mode MODE] [--env]
-                            [--run-id ID]
+    python proton_launch.py [-n NAME] [--ranked] [-b BACKEND] [-c CONTEXT] [-d DATA]
+                            [-k triton] [--mode MODE] [--env] SCRIPT.py [ARGS ...]
+    python proton_launch.py --provenance FILE [-b BACKEND] [--mode MODE] [--env] [--run-id ID]
 
-Under a launcher that starts one process per GPU (torchrun sets RANK, Slurm's srun
-SLURM_PROCID, mpirun OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK), each process writes
-NAME.rank<R>.hatchet (or .chrome_trace) for its global rank R, so that ranks on any
-number of hosts never write to one file; where LOCAL_RANK is unset, it is exported from
-the launcher's local rank, so that each rank can pick its own GPU. Alone, it writes
-NAME.hatchet, as Proton's command line does. Everything after SCRIPT.py is the script's,
-a `--` included.
+--ranked (under a launcher that starts one process per GPU) names the capture
+NAME.rank<R> for the process's global rank R, from torchrun's RANK, Slurm's SLURM_PROCID,
+or an MPI launcher's OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK, and exports LOCAL_RANK
+where it is unset, so that each rank picks its own GPU. Everything after SCRIPT.py is the
+script's, a `--` included. --mode takes Proton's mode as aorta's recipes write it: for the
+instrumentation backend, "default[:field=value...]" (the fields of proton.mode.Default)
+becomes the typed object Proton needs, and Triton-language scopes are enabled.
 
---mode takes Proton's mode as aorta's recipes write it. For the instrumentation
-backend, "default" or "default:granularity=warp:sampling_strategy=selective:
-sampling_options=0" (the fields of proton.mode.Default) becomes the typed object Proton
-needs (there, a mode string fails; and Triton 3.6 and 3.7's command line drop -m), and
-Triton-language scopes are enabled (pl.enable_semantic). Other backends get the string.
+--env starts no profiler, for a script that calls proton.start() itself (a recipe's mode:
+env): it exports what aorta exports, AORTA_PROTON_DIR and _NAME (NAME's folder and NAME,
+the rank in it), _CONTEXT, _DATA and, where given, _BACKEND, _MODE and _HOOK, and imports
+triton.profiler before the script imports torch (on Triton 3.8 with rocprofiler-sdk the
+other order can hang at exit).
 
---env starts no profiler: it only exports AORTA_PROTON_NAME with the rank in it, for a
-script that calls proton.start() itself (a recipe's mode: env).
-
-Beside each capture it writes NAME[.rank<R>].provenance.json, what made it: the Triton
-and torch versions, the device, the backend and mode asked for and those used (null
-where the run cannot tell: a script that starts Proton itself chooses its own), and
-the run's --run-id. --provenance writes only that file, for a run that Proton's own
-command line made in this environment (so that Proton would choose the same backend).
-
-Exit status: the script's own; 2 for bad arguments or a GPU the backend cannot
-instrument.
+--provenance writes FILE, a JSON object of what made a run: the Triton and torch
+versions, the device, the backend and mode asked for and used (null where this process
+cannot tell, as for a script that starts Proton itself: --env), and the run's id.
+Exit status: the script's own; 2 for bad arguments or a GPU the instrumentation backend
+cannot compile for.
 """
 
 import argparse
-import importlib
 import importlib.metadata
 import json
 import os
 import runpy
-import signal
 import sys
+from typing import NoReturn
 
-# The instrumentation backend reads the SM (CU) id, which AMD's compiler does only for
-# these architectures; it stops with a fatal error on any other.
+# The instrumentation backend reads the CU id, which AMD's compiler does only here.
 AMD_INSTRUMENTABLE = ("gfx942", "gfx950")
-# The device nodes of NVIDIA's and AMD's drivers.
-GPU_NODES = ("/dev/nvidiactl", "/dev/kfd")
+# Options that take a value: the first word that is none of them, nor a value, nor an
+# option, is the script.
+VALUED = {"-n", "-b", "-c", "-d", "-k", "--mode", "--provenance", "--run-id"}
 
 
-def fail(message):
+def fail(message: str) -> NoReturn:
     print(f"proton_launch: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit 2, instead of argparse's usage block
-        fail(message)
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line and exit 2, not argparse's usage
+        fail(message[:200] if message[:200].isprintable() else ascii(message[:200]))
 
 
-# The options that take a value: the first word that is neither one of them, nor a value,
-# nor an option is the script.
-VALUED = {"-n", "--name", "-b", "--backend", "-c", "--context", "-d", "--data", "-k", "--hook",
-          "--mode", "--run-id"}  # fmt: skip
-
-
-def parse(argv):
+def parse(argv: list[str]) -> argparse.Namespace:
     at = 0
     while at < len(argv) and argv[at].startswith("-") and argv[at] != "-":
         at += 2 if argv[at] in VALUED else 1
-    # argparse would drop a `--` right after the script; the script's words are kept as given.
-    argv, script_args = argv[: at + 1], argv[at + 1 :]
-    parser = _Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-n", "--name", default="proton", help="output path without extension")
-    parser.add_argument("-b", "--backend", help="Proton's backend (default: Proton picks)")
-    parser.add_argument("-c", "--context", default="shadow", choices=["shadow", "python"])
-    parser.add_argument("-d", "--data", default="tree", choices=["tree", "trace"])
-    parser.add_argument("-k", "--hook", choices=["triton"])
-    parser.add_argument("--mode", help="instrumentation mode, e.g. default:granularity=warp")
+    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", dest="name", default="proton", help="output path, no extension")
+    parser.add_argument("--ranked", action="store_true", help="NAME.rank<R>, for launchers")
+    parser.add_argument("-b", dest="backend", help="Proton's backend (default: Proton picks)")
+    parser.add_argument("-c", dest="context", default="shadow", choices=["shadow", "python"])
+    parser.add_argument("-d", dest="data", default="tree", choices=["tree", "trace"])
+    parser.add_argument("-k", dest="hook", choices=["triton"])
+    parser.add_argument("--mode", help="Proton's mode, e.g. default:granularity=warp")
     parser.add_argument("--env", action="store_true", help="export the name; start nothing")
-    parser.add_argument("--run-id", help="the run's id, for the provenance file")
-    parser.add_argument("--provenance", action="store_true", help="write only the provenance")
+    parser.add_argument("--provenance", metavar="FILE", help="write only the provenance")
+    parser.add_argument("--run-id", help="the run's id, for the provenance")
     parser.add_argument("script", metavar="SCRIPT.py", nargs="?")
-    args = parser.parse_args(argv)
-    args.args = script_args
-    if args.provenance:
-        if args.script is not None:
-            fail("--provenance runs no script")
-        return args
-    if args.script is None:
-        fail("no script: give SCRIPT.py")
-    if not args.script.endswith(".py"):
-        fail(f"expected a .py script, got {args.script[:60]!r}")
-    if not os.path.isfile(args.script):
-        fail(f"no such script: {args.script[:200]!r}")
+    # argparse would drop a `--` after the script: the script's words are kept as given.
+    args = parser.parse_args(argv[: at + 1])
+    args.args = argv[at + 1 :]
+    if (args.provenance is None) == (args.script is None):
+        parser.error("give SCRIPT.py, or --provenance FILE and no script")
+    if args.script and not (args.script.endswith(".py") and os.path.isfile(args.script)):
+        parser.error(f"no such .py script: {args.script[:200]!r}")
     return args
 
 
-def _whole(environ, var):
-    value = environ[var]
-    if not (value.isascii() and value.isdigit() and len(value) <= 9):
-        fail(f"{var} must be a whole number >= 0, got {value[:30]!r}")
-    return int(value)
-
-
-def global_rank(environ=os.environ, pid=None, ppid=None):
-    """The rank the launcher that started this process gave it, or None alone.
-
-    A RANK left exported in a shell reaches every task srun starts, so srun's own
-    SLURM_PROCID wins where srun started this process (SLURM_TASK_PID is this process or
-    the shell that runs it); torchrun's RANK (it sets TORCHELASTIC_RUN_ID beside it) and
-    an MPI launcher's rank are each process's own. Else RANK, else SLURM_PROCID."""
+def global_rank(environ: dict = os.environ, pid: int | None = None) -> int:
+    """The rank the launcher that started this process gave it. torchrun's RANK comes
+    with TORCHELASTIC_RUN_ID; where srun started this process (SLURM_TASK_PID is it or its
+    parent), SLURM_PROCID wins over a RANK left exported in the shell."""
     pid = os.getpid() if pid is None else pid
-    ppid = os.getppid() if ppid is None else ppid
-    srun_task = environ.get("SLURM_TASK_PID") in (str(pid), str(ppid))
     order = ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID"]
     if "TORCHELASTIC_RUN_ID" in environ:
         order.insert(0, "RANK")
-    elif srun_task:
-        order.insert(order.index("RANK"), "SLURM_PROCID")
+    elif environ.get("SLURM_TASK_PID") in (str(pid), str(os.getppid())):
+        order.insert(0, "SLURM_PROCID")
     for var in order:
         if var in environ:
-            return _whole(environ, var)
-    return None
+            return whole(environ, var)
+    fail(f"--ranked, but none of {', '.join(order)} is set")
 
 
-def rank_name(name, environ=os.environ, pid=None, ppid=None):
-    """name with .rank<R> for the global rank a launcher gave this process, else name."""
-    rank = global_rank(environ, pid, ppid)
-    return name if rank is None else f"{name}.rank{rank}"
+def whole(environ: dict, var: str) -> int:
+    value = environ[var]
+    if not (value.isascii() and value.isdigit() and len(value) <= 9):
+        fail(f"{var} must be a whole number, got {value[:30]!r}")
+    return int(value)
 
 
-def export_local_rank(environ=os.environ):
-    """Export LOCAL_RANK, where it is unset, from an MPI launcher's or srun's local rank."""
-    if "LOCAL_RANK" in environ:
-        return
+def export_local_rank(environ: dict = os.environ) -> None:
+    """LOCAL_RANK, where it is unset, from an MPI launcher's or srun's local rank."""
     for var in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
-        if var in environ:
-            environ["LOCAL_RANK"] = str(_whole(environ, var))
-            return
+        if "LOCAL_RANK" not in environ and var in environ:
+            environ["LOCAL_RANK"] = str(whole(environ, var))
 
 
-def typed_mode(spec):
-    """proton.mode.Default(...) (or MMA) from "default[:field=value...]"; any other
-    mode as the string, for Proton to judge."""
+def typed_mode(spec: str) -> object:
+    """proton.mode.Default (or MMA) from "default[:field=value...]"; another mode as the
+    string, for Proton to judge."""
     from triton.profiler import mode
 
     kind, *pairs = spec.split(":")
     typed = {"default": getattr(mode, "Default", None), "mma": getattr(mode, "MMA", None)}
     if typed.get(kind) is None:
         return spec
-    fields = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq:
-            fail(f"instrumentation mode field {pair[:30]!r} is not key=value")
-        fields[key] = value
+    fields = dict(pair.partition("=")[::2] for pair in pairs)
     try:
-        for key, field in typed[kind].__dataclass_fields__.items():  # buffer_size is an int
+        for key, field in typed[kind].__dataclass_fields__.items():  # buffer_size: an int
             if key in fields and field.type in (int, "int"):
                 fields[key] = int(fields[key])
         return typed[kind](**fields)
-    except (TypeError, ValueError, KeyError) as e:
-        fail(f"instrumentation mode {spec[:60]!r}: {' '.join(str(e).split())[:120]}")
+    except (TypeError, ValueError) as e:
+        fail(f"mode {spec[:60]!r}: {' '.join(str(e).split())[:120]}")
 
 
-def check_instrumentable():
-    """Refuse an AMD GPU whose architecture the instrumentation backend cannot compile for."""
+def check_instrumentable() -> None:
+    """Refuses an AMD GPU the instrumentation backend cannot compile for."""
     from triton.runtime import driver
 
     target = driver.active.get_current_target()
-    arch = str(target.arch)
-    if target.backend == "hip" and not arch.startswith(AMD_INSTRUMENTABLE):
-        fail(
-            f"the instrumentation backend compiles for {' and '.join(AMD_INSTRUMENTABLE)} only, "
-            f"not {arch[:30]}"
-        )
+    if target.backend == "hip" and not str(target.arch).startswith(AMD_INSTRUMENTABLE):
+        only = " and ".join(AMD_INSTRUMENTABLE)
+        fail(f"the instrumentation backend compiles for {only} only, not {str(target.arch)[:30]}")
 
 
-def run_script(script, args):
-    """Run script as __main__ with its arguments, as `python script.py` would; return
-    its exit status (a SystemExit is caught, so that the profile is still written)."""
+def run_script(script: str, args: list[str]) -> int:
+    """Runs script as __main__ with its arguments, as `python script.py` would; returns its
+    exit status (a SystemExit is caught, so that the profile is still written)."""
     sys.argv = [script, *args]
-    path = os.path.abspath(script)  # frames named by full path: their source lines are found
-    sys.path[0] = os.path.dirname(path)  # this file's folder, till now
+    path = os.path.abspath(script)  # frames named by full path: their lines are found
+    sys.path[0] = os.path.dirname(path)
     try:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as e:
-        return e.code
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)  # as Python does for SystemExit("why")
+        return 1
     return 0
 
 
-def backend_chosen(backend):
-    """The backend Proton uses when asked for `backend` (None or auto: its own choice, by
-    its private _select_backend, the function proton.start calls); None where it cannot
-    tell (no GPU, or a Triton without that function)."""
-    if backend not in (None, "auto"):
-        return backend
-    try:
-        from triton.profiler.profile import _select_backend
-
-        return str(_select_backend())
-    except Exception:  # no active driver, or another Triton
-        return None
-
-
-def version(module):
-    """A module's version: from the module where it is loaded, else from its package's
-    metadata (no import: torch's takes seconds), else by importing it; None without it."""
-    if module not in sys.modules:
+def provenance(args: argparse.Namespace) -> dict:
+    """What made this run, each value a short string or None: backend_used is the backend
+    Proton picks here for backend auto (its _select_backend, which proton.start calls)."""
+    record = {"triton": None, "torch": None, "device": None, "backend_used": args.backend}
+    for package in ("triton", "torch"):
         try:
-            return importlib.metadata.version(module)
+            record[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:  # another name: a ROCm build's
             pass
     try:
-        return importlib.import_module(module).__version__
-    except Exception:
-        return None
-
-
-def device_name():
-    """The current GPU's name; None where none is visible (torch is imported only where a
-    driver's device node says there may be one)."""
-    if "torch" not in sys.modules and not any(map(os.path.exists, GPU_NODES)):
-        return None
-    try:
         import torch
+        from triton.profiler.profile import _select_backend
 
-        return torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    except Exception:  # no torch, or a GPU that cannot be queried
-        return None
-
-
-def provenance(args, backend_used, mode_used):
-    """What made this process's capture, every value a short string or None."""
-    record = {"triton": version("triton"), "torch": version("torch"), "device": device_name(),
-              "backend_asked": args.backend or "auto", "backend_used": backend_used,
-              "mode_asked": args.mode, "mode_used": mode_used, "run_id": args.run_id}  # fmt: skip
+        record["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+        record["backend_used"] = str(args.backend or _select_backend())
+    except Exception:  # no GPU, or another Triton: null
+        pass
+    record.update(backend_asked=args.backend or "auto", mode_asked=args.mode, run_id=args.run_id)
+    intra = args.backend == "instrumentation"
+    record["mode_used"] = str(typed_mode(args.mode or "default")) if intra else args.mode
+    if args.env:  # the script chose its own
+        record.update(backend_used=None, mode_used=None)
     return {key: None if v is None else str(v)[:200] for key, v in record.items()}
 
 
-def write_provenance(name, record):
-    """NAME.provenance.json, replaced atomically (a link is written through); a failure is
-    a warning: the capture stands without it."""
-    path = f"{name}.provenance.json"
-    text = json.dumps(record, indent=2) + "\n"
-    try:
-        if os.path.islink(path) or (os.path.exists(path) and not os.path.isfile(path)):
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-            return
-        folder, base = os.path.split(path)
-        temporary = os.path.join(folder, f".{base[:200]}.{os.getpid()}")
-        # SIGTERM and SIGINT wait until the file is in place: none leaves the temporary file.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-        try:
-            # O_EXCL: never through a file someone else put there; 0o666: the umask's mode.
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(text)
-                os.replace(temporary, path)
-            except BaseException:
-                os.unlink(temporary)
-                raise
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    except OSError as e:
-        print(f"proton_launch: warning: no {path[:200]}: {e.strerror or e}", file=sys.stderr)
-
-
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    name = rank_name(args.name)
+    if args.provenance:
+        from captures import write_output
+
+        write_output(args.provenance, json.dumps(provenance(args), indent=2) + "\n")
+        return 0
+    name = f"{args.name}.rank{global_rank()}" if args.ranked else args.name
     export_local_rank()
-    if args.provenance or args.env:
-        # The script (or Proton's command line) chose its own backend and mode.
-        status = 0
-        if not args.provenance:
-            os.environ["AORTA_PROTON_NAME"] = name
-            status = run_script(args.script, args.args)
-        used = (backend_chosen(args.backend), None) if not args.env else (None, None)
-        write_provenance(name, provenance(args, *used))
-        return status
+    import triton.profiler as proton  # before the script's torch: see --env
 
-    import triton.profiler as proton
-
+    if args.env:
+        exports = dict(
+            DIR=os.path.dirname(name) or ".",
+            NAME=name,
+            CONTEXT=args.context,
+            DATA=args.data,
+            BACKEND=args.backend,
+            MODE=args.mode,
+            HOOK=args.hook,
+        )
+        os.environ.update({f"AORTA_PROTON_{key}": v for key, v in exports.items() if v})
+        return run_script(args.script, args.args)
     mode = args.mode
     if args.backend == "instrumentation":
         import triton.profiler.language as pl
@@ -293,15 +208,13 @@ def main(argv=None):
         check_instrumentable()
         pl.enable_semantic("triton")
         mode = typed_mode(args.mode or "default")
-    backend = args.backend if args.backend not in (None, "auto") else None
-    used = (backend_chosen(backend), None if mode is None else str(mode))
-    proton.start(name, context=args.context, data=args.data, backend=backend, mode=mode,
-                 hook=args.hook)  # fmt: skip
+    backend = None if args.backend in (None, "auto") else args.backend
+    options = dict(context=args.context, data=args.data, backend=backend, hook=args.hook)
+    proton.start(name, mode=mode, **options)
     try:
         return run_script(args.script, args.args)
     finally:
         proton.finalize()
-        write_provenance(name, provenance(args, *used))
 
 
 if __name__ == "__main__":

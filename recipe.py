@@ -1,20 +1,22 @@
 """Read an aorta recipe's collect.proton block and check it as aorta does.
 
-    PYTHONSAFEPATH=1 python recipe.py RECIPE [DATA] [BACKEND] [CONTEXT]
+    PYTHONSAFEPATH=1 python recipe.py RECIPE [--data D] [--backend B] [--context C] [--hook H]
 
-Prints the options profile.sh needs, one a line, in the order of FIELDS (an unset one
-as an empty line); DATA, BACKEND and CONTEXT, when not empty, override the recipe's for
-one run and are checked the same way. profile.sh runs this with the workload's own
-interpreter, by its path and with PYTHONSAFEPATH, so that nothing in the current folder is
-imported while PYTHONPATH still is (a PyYAML installed there is found; -I would hide it).
+Prints what profile.sh needs, one value a line in the order of FIELDS (an unset one as an
+empty line): the recipe's options, each flag given overriding its key for one run and
+checked the same way, Proton's --mode as aorta renders it, and the recipe's trials.
+profile.sh runs this with the workload's own interpreter, by its path and with
+PYTHONSAFEPATH, so that nothing in the current folder is imported while PYTHONPATH still
+is (a PyYAML installed there is found; -I would hide it).
 Exit status: 0, or 2 with one line on stderr for a recipe aorta would refuse.
 """
 
+import argparse
 import os
 import stat
 import sys
 
-FIELDS = ["mode", "backend", "context", "data", "hook", "proton_mode"]
+FIELDS = ["mode", "backend", "context", "data", "hook", "proton_mode", "trials"]
 ALLOWED = {
     "mode": ["cli", "env"],
     "backend": ["auto", "cupti", "rocprofiler", "roctracer", "instrumentation"],
@@ -22,151 +24,142 @@ ALLOWED = {
     "data": ["tree", "trace"],
     "hook": ["triton"],
     "instrumentation_mode": ["default", "mma", "pcsampling"],
-    "granularity": [
-        "cta",
-        "warp",
-        "warp_2",
-        "warp_4",
-        "warp_8",
-        "warp_group",
-        "warp_group_2",
-        "warp_group_4",
-        "warp_group_8",
-    ],  # fmt: skip
+    "granularity": ["cta", "warp", "warp_2", "warp_4", "warp_8"]
+    + ["warp_group", "warp_group_2", "warp_group_4", "warp_group_8"],
     "backend_mode": ["pcsampling", "periodic_flushing"],
 }
-BACKEND_MODES = {
-    "cupti": ["pcsampling", "periodic_flushing"],
-    "rocprofiler": ["pcsampling", "periodic_flushing"],
-    "roctracer": ["periodic_flushing"],
-}
+BACKEND_MODES = {"cupti": ALLOWED["backend_mode"], "rocprofiler": ALLOWED["backend_mode"]}
+BACKEND_MODES["roctracer"] = ["periodic_flushing"]
 DEFAULTS = {"mode": "cli", "backend": "auto", "context": "shadow", "data": "tree"}
+MAX_TRIALS = 999
 
 
 class Refused(Exception):
     """A recipe aorta would not run; the message is one line."""
 
 
-def shown(text, most=200):
-    """text for a one-line message: control characters escaped, the first characters."""
-    text = text if len(text) <= most else text[:most] + "..."
-    return text if text.isprintable() else repr(text)[1:-1]
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage
+        text = message[:200]
+        self.exit(2, f"recipe.py: error: {text if text.isprintable() else ascii(text)}\n")
 
 
-def short(value):
-    """A value as a message may quote it: a string's first characters, a small number,
-    else its kind. (A YAML alias bomb is small in memory, but its repr is not.)"""
+def short(value: object) -> str:
+    """A value as a message may quote it: a string's first characters escaped, a small
+    number, else its kind (a YAML alias bomb is small in memory, but its repr is not)."""
     if isinstance(value, str):
         return repr(value if len(value) <= 40 else value[:40] + "...")
-    if (
-        value is None
-        or isinstance(value, bool | float)
-        or (isinstance(value, int) and abs(value) < 10**30)
-    ):
+    if isinstance(value, bool | float | None) or (isinstance(value, int) and abs(value) < 1e30):
         return repr(value)
     return {"list": "a list", "dict": "a mapping"}.get(type(value).__name__, "a value")
 
 
-def options(recipe, data=None, backend=None, context=None):
-    """collect.proton of a decoded recipe, checked, with the defaults filled in and
-    proton_mode, the string Proton's --mode takes (or None)."""
+def one_of(where: str, value: object, allowed: list[str]) -> str:
+    if value not in allowed:
+        raise Refused(f"{where}: {short(value)} is not one of {', '.join(allowed)}")
+    return value
+
+
+def trials(recipe: dict) -> int:
+    """The recipe's trials: a whole number from 1 to MAX_TRIALS, 1 where it says none."""
+    value = recipe.get("trials", 1)
+    if type(value) is not int or not 1 <= value <= MAX_TRIALS:
+        raise Refused(f"trials must be a whole number from 1 to {MAX_TRIALS}, got {short(value)}")
+    return value
+
+
+def options(recipe: object, overrides: dict | None = None) -> dict:
+    """collect.proton of a decoded recipe, checked, with the defaults filled in, each
+    override given (data, backend, context, hook) in place of the recipe's, proton_mode
+    (Proton's --mode, or None) and trials."""
     collect = recipe.get("collect") if isinstance(recipe, dict) else None
     proton = collect.get("proton") if isinstance(collect, dict) else None
     if not isinstance(proton, dict):
         raise Refused("no collect.proton mapping")
     for key, value in proton.items():
         if key not in ALLOWED:
-            name = shown(key, 40) if isinstance(key, str) else short(key)
+            name = repr(key[:40]) if isinstance(key, str) else short(key)
             raise Refused(f"unknown key collect.proton.{name} (known: {', '.join(ALLOWED)})")
         if not isinstance(value, str):
             raise Refused(f"collect.proton.{key} must be a string, got {short(value)}")
     # aorta compares the values stripped and lower-cased.
     chosen = {**DEFAULTS, **{key: value.strip().lower() for key, value in proton.items()}}
-    overrides = (("--data", "data", data), ("--backend", "backend", backend),
-                 ("--context", "context", context))  # fmt: skip
-    for flag, key, value in overrides:
-        if value and value not in ALLOWED[key]:
-            raise Refused(f"{flag}: {short(value)} is not one of {', '.join(ALLOWED[key])}")
-        chosen[key] = value or chosen[key]
     for key, value in chosen.items():
-        if value not in ALLOWED[key]:
-            raise Refused(
-                f"collect.proton.{key}: {short(value)} is not one of {', '.join(ALLOWED[key])}"
-            )
-
-    intra = [key for key in ("instrumentation_mode", "granularity") if key in chosen]
-    if "backend_mode" in chosen:
-        if intra:
-            raise Refused(
-                f"collect.proton.backend_mode conflicts with {', '.join(intra)}: both become "
-                "Proton's one --mode; set only one"
-            )
-        allowed = BACKEND_MODES.get(chosen["backend"])
-        if allowed is None:
-            raise Refused(
-                f"collect.proton.backend_mode needs a pinned backend ({', '.join(BACKEND_MODES)}), "
-                f"not {chosen['backend']}"
-            )
-        if chosen["backend_mode"] not in allowed:
-            raise Refused(
-                f"collect.proton.backend_mode: {short(chosen['backend_mode'])} is not one of "
-                f"{', '.join(allowed)} for backend {chosen['backend']}"
-            )
-    if intra and chosen["backend"] != "instrumentation":
-        raise Refused(
-            f"collect.proton.{' and '.join(intra)} need backend instrumentation (they set the "
-            f"intra-kernel mode), not {chosen['backend']}"
-        )
-    if chosen["mode"] == "cli" and chosen["backend"] == "roctracer":
-        raise Refused(
-            "backend roctracer in cli mode captures an empty tree on AMD; use mode: env, "
-            "or backend: auto"
-        )
-    if "rocprof" in collect and chosen["backend"] in ("auto", "rocprofiler", "roctracer"):
-        raise Refused(
-            f"rocprof and proton (backend {chosen['backend']}) both intercept HSA queues; use "
-            "backend: instrumentation, or drop one"
-        )
-
-    # Proton's --mode, as aorta renders it: the backend mode bare, else the intra-kernel
-    # mode with its granularity; none when neither is set.
-    if "backend_mode" in chosen:
-        chosen["proton_mode"] = chosen["backend_mode"]
-    elif intra:
-        chosen["proton_mode"] = chosen.get("instrumentation_mode", "default")
-        if "granularity" in chosen:
-            chosen["proton_mode"] += f":granularity={chosen['granularity']}"
+        one_of(f"collect.proton.{key}", value, ALLOWED[key])
+    for key, value in (overrides or {}).items():
+        if value:
+            chosen[key] = one_of(f"--{key}", value, ALLOWED[key])
+    chosen["proton_mode"] = proton_mode(chosen, "rocprof" in collect)
+    chosen["trials"] = trials(recipe)
     return chosen
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    path, data, backend, context = ([*argv, "", "", ""])[:4]
+def proton_mode(chosen: dict, rocprof: bool) -> str | None:
+    """Proton's --mode, as aorta renders it: the backend mode bare, else the intra-kernel
+    mode with its granularity; None when neither is set. Refuses what aorta refuses."""
+    backend = chosen["backend"]
+    intra = [key for key in ("instrumentation_mode", "granularity") if key in chosen]
+    if "backend_mode" in chosen and intra:
+        raise Refused(
+            f"collect.proton.backend_mode conflicts with {', '.join(intra)}: both become "
+            "Proton's one --mode; set only one"
+        )
+    if "backend_mode" in chosen:
+        allowed = BACKEND_MODES.get(backend)
+        if allowed is None:
+            raise Refused(
+                f"collect.proton.backend_mode needs a pinned backend ({', '.join(BACKEND_MODES)}),"
+                f" not {backend}"
+            )
+        where = f"collect.proton.backend_mode for backend {backend}"
+        return one_of(where, chosen["backend_mode"], allowed)
+    if intra and backend != "instrumentation":
+        raise Refused(
+            f"collect.proton.{' and '.join(intra)} need backend instrumentation (they set the "
+            f"intra-kernel mode), not {backend}"
+        )
+    if rocprof and backend in ("auto", "rocprofiler", "roctracer"):
+        raise Refused(
+            f"rocprof and proton (backend {backend}) both intercept HSA queues; use backend: "
+            "instrumentation, or drop one"
+        )
+    if not intra:
+        return None
+    mode = chosen.get("instrumentation_mode", "default")
+    return mode + (f":granularity={chosen['granularity']}" if "granularity" in chosen else "")
 
-    def refuse(message):
-        print(f"profile.sh: error: {shown(path)}: {message}", file=sys.stderr)
-        return 2
 
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("recipe")
+    for key in ("data", "backend", "context", "hook"):
+        parser.add_argument(f"--{key}", default="")
+    args = parser.parse_args(argv)
+    shown = args.recipe[:200] if args.recipe[:200].isprintable() else repr(args.recipe[:200])
     try:
         import yaml
+
+        if not stat.S_ISREG(os.stat(args.recipe).st_mode):  # a pipe would block the read
+            raise Refused("not a regular file")
+        with open(args.recipe, encoding="utf-8") as f:
+            overrides = {key: getattr(args, key) for key in ("data", "backend", "context", "hook")}
+            chosen = options(yaml.safe_load(f), overrides)
     except ImportError:
-        return refuse(f"{shown(sys.executable)} has no PyYAML to read it with (make setup, "
-                      "or pip install PyYAML)")  # fmt: skip
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a pipe would block the read
-            return refuse("not a regular file")
-        with open(path, encoding="utf-8") as f:
-            chosen = options(yaml.safe_load(f), data, backend, context)
+        chosen = (
+            f"{sys.executable} has no PyYAML to read it with (make setup, or pip install PyYAML)"
+        )
     except OSError as e:
-        return refuse((e.strerror or str(e)).lower())
+        chosen = (e.strerror or str(e)).lower()
     except UnicodeDecodeError:
-        return refuse("not UTF-8 text")
+        chosen = "not UTF-8 text"
     except (yaml.YAMLError, ValueError, RecursionError) as e:  # ValueError: a huge integer
-        return refuse(f"not valid YAML: {shown(' '.join(str(e).split()))}")
+        chosen = f"not valid YAML: {' '.join(str(e).split())[:200]}"
     except Refused as e:
-        return refuse(str(e))
-    for field in FIELDS:
-        print(chosen.get(field) or "")
+        chosen = str(e)
+    if isinstance(chosen, str):
+        print(f"profile.sh: error: {shown}: {chosen}", file=sys.stderr)
+        return 2
+    print("\n".join(str(chosen.get(field) or "") for field in FIELDS))
     return 0
 
 

@@ -14,9 +14,14 @@ from conftest import ROOT
 
 import recipe as rc
 
-# The files a payload is: every top-level script, found rather than listed (an example may
-# be deleted or added), and the tests' own payloads.
-SCRIPTS = sorted([*ROOT.glob("*.py"), *(ROOT / "tests" / "payloads").glob("*.py")])
+# The files a payload is: every top-level script (a module that defines main; the others
+# are libraries the scripts import), found rather than listed (an example may be deleted
+# or added), and the tests' own payloads.
+SCRIPTS = sorted(
+    path
+    for path in [*ROOT.glob("*.py"), *(ROOT / "tests" / "payloads").glob("*.py")]
+    if "\ndef main(" in path.read_text(encoding="utf-8")
+)
 IDS = [str(path.relative_to(ROOT)) for path in SCRIPTS]
 # Spelled in pieces, so that this file does not hold them itself.
 HOST_PATHS = ("/" + "home/", "/" + "apps/")
@@ -26,8 +31,9 @@ def tracked_files():
     """The files git tracks; outside a git checkout (a container's copy), every file but
     the local environment's and the results'."""
     try:
-        listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"],
-                                capture_output=True, check=True).stdout  # fmt: skip
+        listed = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True
+        ).stdout
         return [ROOT / name for name in listed.decode().split("\0") if name]
     except (OSError, subprocess.CalledProcessError):
         skipped = {".git", ".venv", "profiling_results", "__pycache__", ".pytest_cache"}

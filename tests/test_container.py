@@ -30,8 +30,15 @@ def make_n(*args):
     return shlex.split(p.stdout.replace("\\\n", " "))  # joined where make continued a line
 
 
-ROCM = ["--device=/dev/kfd", "--device=/dev/dri", "--group-add", "video", "--ipc=host",
-        "--security-opt", "seccomp=unconfined"]  # fmt: skip
+ROCM = [
+    "--device=/dev/kfd",
+    "--device=/dev/dri",
+    "--group-add",
+    "video",
+    "--ipc=host",
+    "--security-opt",
+    "seccomp=unconfined",
+]
 
 
 @pytest.mark.parametrize("target", ["docker-run", "docker-profile", "docker-test"])
@@ -51,7 +58,7 @@ def test_docker_build_picks_the_base_image():
     rocm_base = re.search(r"^ARG BASE_IMAGE=(\S+)$", DOCKERFILE, re.M)[1]
     rocm = make_n("docker-build")
     assert rocm[:4] == ["docker", "build", "--build-arg", f"BASE_IMAGE={rocm_base}"]
-    assert rocm[4:] == ["-t", f"{PROJECT}:rocm", "."]
+    assert rocm[4:] == ["-t", f"{PROJECT}:rocm", str(ROOT)]  # wherever make runs
     nvidia = make_n("docker-build", "GPU=nvidia")
     assert nvidia[3].startswith("BASE_IMAGE=pytorch/pytorch:") and "cuda" in nvidia[3]
     custom = make_n("docker-build", "BASE_IMAGE=rocm/pytorch@sha256:abc", "IMAGE=me/x:1")
@@ -70,18 +77,3 @@ def test_docker_profile_hands_results_back_and_quotes_every_value():
 def test_docker_profile_refuses_an_out_the_container_cannot_see(out):
     p = run("make", "--no-print-directory", "docker-profile", f"OUT={out}")
     assert p.returncode == 2 and "OUT must lie inside" in p.stderr
-
-
-@pytest.mark.parametrize("out", [".git", "/", "..", "~", "tracked.py", "/tmp/elsewhere"])
-def test_make_clean_deletes_only_its_own_untracked_paths(tmp_path, out):
-    # In a scratch repository: a broken guard must not cost this checkout anything.
-    (tmp_path / "Makefile").write_text((ROOT / "Makefile").read_text())
-    (tmp_path / "tracked.py").write_text("")
-    for command in (["init", "-q"], ["add", "tracked.py"]):
-        assert run("git", *command, cwd=tmp_path).returncode == 0
-    p = run("make", "-s", "clean", "VENV=.venv", f"OUT={out}", cwd=tmp_path)
-    assert p.returncode == 2 and "make clean: refusing to delete" in p.stderr
-    assert (tmp_path / ".git").is_dir() and (tmp_path / "tracked.py").exists()
-    (tmp_path / "my results").mkdir()
-    assert run("make", "-s", "clean", "OUT=my results", cwd=tmp_path).returncode == 0
-    assert not (tmp_path / "my results").exists()

@@ -1,6 +1,9 @@
-"""profile.sh, recipe.py and proton_launch.py: the command profile.sh builds, what it
-refuses, and how it checks a capture. The post-run checks use a fake env-mode payload
-that writes a given capture."""
+"""profile.sh, recipe.py and proton_launch.py, run as a user runs them: the recipe read and
+checked as aorta checks it, what profile.sh refuses, the commands it builds (its dry
+runs), the run folders it makes (latest, previous, --output, trials, provenance), the
+signals it forwards, and the ranks and environment proton_launch.py gives a script.
+Real runs use a fake env-mode payload (tests/payloads/fake_proton.py) that writes a given
+capture where Proton would; the GPU tests at the end run real payloads through make."""
 
 import contextlib
 import json
@@ -25,48 +28,74 @@ import proton_launch
 import recipe as rc
 
 PROFILE = ROOT / "profile.sh"
-LAUNCH = ROOT / "proton_launch.py"
+LAUNCH = str(ROOT / "proton_launch.py")
 FIXTURES = Path(__file__).parent / "fixtures"
+TREE = FIXTURES / "amd-gfx950-vecadd-shadow.hatchet"  # 12 launches, add_kernel on top
 TRACE = FIXTURES / "h200-two-ranks-trace" / "proton.rank0.chrome_trace"  # one rank's trace
 PY = sys.executable
 MINE = ["--", "python", "mine.py"]  # a user's script: dry runs never open it
-CLEAN = {"HIP_VISIBLE_DEVICES": None, "ROCR_VISIBLE_DEVICES": None, "CUDA_VISIBLE_DEVICES": None}
+STAMP = re.compile(r"\d{8}T\d{6}Z-\d+")
+# What the machine may have exported that would change a run: unset unless a test sets it.
+INHERITED = (
+    "CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES CDPATH PROFILE_ASSUME_GPU"
+    " RANK LOCAL_RANK TORCHELASTIC_RUN_ID SLURM_PROCID SLURM_TASK_PID OMPI_COMM_WORLD_RANK"
+    " PMI_RANK PMIX_RANK OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID SLURM_LOCALID PYTHONSAFEPATH"
+).split()
+
+
+def environment(env=None):
+    # The venv's bin first: the python3 that profile.sh falls back to under a launcher.
+    path = f"{Path(PY).parent}{os.pathsep}{os.environ['PATH']}"
+    return {**dict.fromkeys(INHERITED), "PATH": path, **(env or {})}
 
 
 def profile(*args, env=None, cwd=ROOT):
-    env = {**CLEAN, **(env or {})}
-    unset = [k for k, v in env.items() if v is None]
-    # Unset what the test leaves out, so the machine's own variables do not leak in.
-    command = ["env", *(f"-u{k}" for k in unset), str(PROFILE), *args]
-    return run(*command, env={k: v for k, v in env.items() if v is not None}, cwd=cwd)
+    """profile.sh run to its end; a None value in env unsets that variable."""
+    env = environment(env)
+    unset = [f"--unset={k}" for k, v in env.items() if v is None]
+    given = {k: v for k, v in env.items() if v is not None}
+    return run("env", *unset, PROFILE, *args, env=given, cwd=cwd)
 
 
-def recipe(tmp_path, **proton):
+def words(text, folder="RUN"):
+    """A command line of the tables below as words: PY, LAUNCH, SUMMARISER and RUN (the
+    run's folder) spelled out."""
+    named = {"PY": PY, "LAUNCH": LAUNCH, "SUMMARISER": str(ROOT / "parse_hatchet.py")}
+    return [named.get(word, word).replace("RUN", folder) for word in shlex.split(text)]
+
+
+def recipe(tmp_path, trials=None, proton="{}"):
+    """The shipped recipe with proton's keys (YAML) set, in a file of its own."""
     data = yaml.safe_load((ROOT / "recipe.yaml").read_text())
-    data["collect"]["proton"].update(proton)
-    path = tmp_path / "recipe.yaml"
+    data["collect"]["proton"].update(yaml.safe_load(proton))
+    data["trials"] = data["trials"] if trials is None else trials
+    path = tmp_path / f"recipe-{len(list(tmp_path.glob('recipe-*.yaml')))}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
 
 def dry_run(*args, **kw):
-    """The lines of the command a dry run prints (not the summariser's, which it adds),
-    without the run's id, new each run."""
+    """What a dry run prints: the run's folder, the device variables' moves, each trial's
+    command as words, and the summariser's."""
     p = profile("--dry-run", *args, **kw)
-    assert p.returncode == 0, p.stderr
-    lines = [line for line in p.stdout.splitlines() if not line.startswith("# then: ")]
-    return [re.sub(r" --run-id [0-9A-Za-z-]+", "", line) for line in lines]
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    head, *lines, last = p.stdout.splitlines()
+    assert head.startswith("# run folder: "), p.stdout
+    moves = [line for line in lines if line.startswith(("unset ", "export "))]
+    commands = [shlex.split(line) for line in lines if line not in moves]
+    folder = shlex.split(head.removeprefix("# run folder: "))[0]
+    return SimpleNamespace(folder=folder, moves=moves, commands=commands, last=shlex.split(last))
 
 
-def summariser(*args, **kw):
-    """The summariser's command line a dry run prints, as words."""
-    p = profile("--dry-run", *args, **kw)
-    assert p.returncode == 0, p.stderr
-    (line,) = [line for line in p.stdout.splitlines() if line.startswith("# then: ")]
-    return shlex.split(line.removeprefix("# then: "))
+def one_line_refusal(p, message):
+    assert p.returncode == 2 and p.stdout == "", p.stdout
+    assert p.stderr.count("\n") == 1 and message in p.stderr, p.stderr
 
 
-def test_shipped_recipe_is_the_aorta_recipe():
+# recipe.py: aorta's rules.
+
+
+def test_the_shipped_recipe_is_aorta_s():
     data = yaml.safe_load((ROOT / "recipe.yaml").read_text())
     assert data["schema_version"] == 1 and data["mode"] == "probe"
     assert data["trials"] == 1 and data["timeout_per_trial"] == 1800
@@ -76,781 +105,651 @@ def test_shipped_recipe_is_the_aorta_recipe():
     assert data["collect"] == {"proton": proton}
 
 
-# recipe.py: aorta's rules, in this process.
-
-
-def options(**proton):
-    return rc.options({"collect": {"proton": proton}})
-
-
-def test_defaults_and_overrides_are_aorta_s():
-    assert options() == {"mode": "cli", "backend": "auto", "context": "shadow", "data": "tree"}
-    assert options(context=" Python ")["context"] == "python"  # stripped and lower-cased
-    assert rc.options({"collect": {"proton": {}}}, "trace", "cupti")["data"] == "trace"
+def test_defaults_and_overrides_are_aorta_s_printed_a_value_a_line_for_profile_sh(tmp_path):
+    (tmp_path / "r.yaml").write_text("collect: {proton: {context: ' Python '}}\n")  # as aorta
+    p = run(PY, ROOT / "recipe.py", tmp_path / "r.yaml")  # strips and lower-cases
+    assert p.returncode == 0 and p.stdout == "cli\nauto\npython\ntree\n\n\n1\n", p.stderr
+    r = recipe(tmp_path, 999, "{backend: instrumentation, granularity: warp}")
+    p = run(PY, ROOT / "recipe.py", r, "--data", "trace", "--context", "shadow", "--hook", "triton")
+    expected = "cli instrumentation shadow trace triton default:granularity=warp 999"
+    assert p.returncode == 0 and p.stdout.split() == expected.split(), p.stderr
 
 
 @pytest.mark.parametrize(
-    "proton, mode",
+    "row",
     [
-        ({"backend": "instrumentation"}, None),
-        ({"backend": "instrumentation", "instrumentation_mode": "default"}, "default"),
-        ({"backend": "instrumentation", "granularity": "warp"}, "default:granularity=warp"),
-        (
-            {"backend": "instrumentation", "instrumentation_mode": "mma", "granularity": "cta"},
-            "mma:granularity=cta",
-        ),  # fmt: skip
-        ({"backend": "cupti", "backend_mode": "pcsampling"}, "pcsampling"),
+        "{proton: {backend: instrumentation}} -> ",
+        # roctracer in cli mode captured an empty tree up to Triton 3.7 only: accepted now.
+        "{proton: {backend: roctracer}} -> ",
+        "{proton: {backend: instrumentation}, rocprof: {}} -> ",  # no queue intercepted twice
+        "{proton: {backend: instrumentation, instrumentation_mode: default}} -> default",
+        "{proton: {backend: instrumentation, granularity: warp}} -> default:granularity=warp",
+        "{proton: {backend: instrumentation, instrumentation_mode: mma, granularity: cta}} -> mma:granularity=cta",
+        "{proton: {backend: cupti, backend_mode: pcsampling}} -> pcsampling",
+        "{proton: {backend: roctracer, backend_mode: periodic_flushing}} -> periodic_flushing",
     ],
 )
-def test_proton_mode_is_rendered_as_aorta_renders_it(proton, mode):
-    assert options(**proton).get("proton_mode") == mode
+def test_accepted_recipes_give_proton_s_mode_as_aorta_renders_it(row):
+    collect, mode = row.split(" -> ")
+    assert rc.options({"collect": yaml.safe_load(collect)})["proton_mode"] == (mode or None)
 
 
 @pytest.mark.parametrize(
-    "proton, message",
+    "row",
     [
-        ({"colour": "red"}, "unknown key collect.proton.colour"),
-        ({"context": 3}, "collect.proton.context must be a string, got 3"),
-        ({"data": True}, "collect.proton.data must be a string, got True"),
-        ({"data": [1, 2]}, "collect.proton.data must be a string, got a list"),
-        ({"mode": "daemon"}, "collect.proton.mode: 'daemon' is not one of cli, env"),
-        ({"backend": "nsys"}, "collect.proton.backend: 'nsys' is not one of auto"),
-        ({"context": "full"}, "collect.proton.context: 'full' is not one of shadow, python"),
-        ({"data": "csv"}, "collect.proton.data: 'csv' is not one of tree, trace"),
-        ({"hook": "torch"}, "collect.proton.hook: 'torch' is not one of triton"),
-        ({"backend": "roctracer"}, "backend roctracer in cli mode captures an empty tree"),
-        ({"granularity": "warp"}, "collect.proton.granularity need backend instrumentation"),
-        ({"backend": "instrumentation", "instrumentation_mode": "fast"}, "'fast' is not one of"),
-        (
-            {"backend": "instrumentation", "backend_mode": "pcsampling", "granularity": "warp"},
-            "backend_mode conflicts with granularity",
-        ),  # fmt: skip
-        ({"backend_mode": "pcsampling"}, "backend_mode needs a pinned backend"),
-        (
-            {"mode": "env", "backend": "roctracer", "backend_mode": "pcsampling"},
-            "'pcsampling' is not one of periodic_flushing for backend roctracer",
-        ),  # fmt: skip
-        ({"mode": "x" * 10**6}, "collect.proton.mode: 'xxxxxxxx"),
+        "{proton: {colour: red}} -> unknown key collect.proton.'colour'",
+        "{proton: {context: 3}} -> collect.proton.context must be a string, got 3",
+        "{proton: {data: true}} -> collect.proton.data must be a string, got True",
+        "{proton: {data: [1, 2]}} -> collect.proton.data must be a string, got a list",
+        "{proton: {mode: daemon}} -> collect.proton.mode: 'daemon' is not one of cli, env",
+        "{proton: {backend: nsys}} -> collect.proton.backend: 'nsys' is not one of auto",
+        "{proton: {context: full}} -> collect.proton.context: 'full' is not one of shadow",
+        "{proton: {hook: torch}} -> collect.proton.hook: 'torch' is not one of triton",
+        "{proton: {mode: " + "x" * 10**6 + "}} -> collect.proton.mode: 'xxxxxxxx",
+        "{proton: {granularity: warp}} -> granularity need backend instrumentation",
+        "{proton: {backend: cupti, instrumentation_mode: mma}} -> need backend instrumentation",
+        "{proton: {backend: instrumentation, instrumentation_mode: fast}} -> 'fast' is not one",
+        "{proton: {backend: instrumentation, backend_mode: pcsampling, granularity: warp}} -> backend_mode conflicts with granularity",
+        "{proton: {backend_mode: pcsampling}} -> backend_mode needs a pinned backend",
+        "{proton: {backend: roctracer, backend_mode: pcsampling}} -> not one of periodic_flushing",
+        "{proton: {mode: env}, rocprof: {}} -> both intercept HSA queues",
+        "{proton: {backend: rocprofiler}, rocprof: {}} -> both intercept HSA queues",
+        "{proton: {backend: roctracer}, rocprof: {}} -> both intercept HSA queues",
+        "{rocprof: {}} -> no collect.proton mapping",
+        *[
+            f"{{proton: {{}}}}, trials: {n} -> trials must be a whole number from 1 to 999"
+            for n in ("0", "1000", "-1", "'2'", "true", "1.5", "1" + "0" * 40, "null")
+        ],
     ],
+    ids=lambda row: row[:60],
 )
-def test_refused_recipes(proton, message):
-    with pytest.raises(rc.Refused, match=None) as refused:
-        options(**proton)
-    assert message in str(refused.value) and len(str(refused.value)) < 300
-
-
-@pytest.mark.parametrize("backend", ["auto", "rocprofiler", "roctracer"])
-def test_rocprof_next_to_proton_is_refused(backend):
-    data = {"collect": {"proton": {"mode": "env", "backend": backend}, "rocprof": {}}}
-    with pytest.raises(rc.Refused, match="both intercept HSA queues"):
-        rc.options(data)
-    data["collect"]["proton"]["backend"] = "instrumentation"
-    assert rc.options(data)["backend"] == "instrumentation"
-
-
-@pytest.mark.parametrize(
-    "text, message",
-    [
-        (None, "no such file or directory"),
-        ("collect: [unclosed", "not valid YAML"),
-        ("- a list", "no collect.proton mapping"),
-        ("collect:\n  rocprof: {}\n", "no collect.proton mapping"),
-        (b"collect: {proton: {mode: \xff}}", "not UTF-8 text"),
-        # An alias bomb: nine levels of nine, refused in one short line, at once.
-        (
-            "a: &a [x,x,x,x,x,x,x,x,x]\n"
-            + "".join(
-                f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n"
-                for p, c in zip("abcdefgh", "bcdefghi", strict=False)
-            )
-            + "collect: {proton: {mode: *i}}\n",
-            "collect.proton.mode must be a string, got a list",
-        ),  # fmt: skip
-    ],
-)
-def test_unreadable_recipes_are_one_line(tmp_path, capsys, text, message):
-    path = tmp_path / "r.yaml"
-    if text is not None:
-        path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    assert rc.main([str(path)]) == 2
+def test_refused_recipes_are_one_line(tmp_path, capsys, row):
+    collect, message = row.split(" -> ")
+    (tmp_path / "r.yaml").write_text(f"{{collect: {collect}}}\n")
+    assert rc.main([str(tmp_path / "r.yaml")]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1 and message in err and len(err) < 400
+    assert out == "" and err.count("\n") == 1 and message in err and len(err) < 400, err
 
 
-def test_recipe_is_read_without_importing_from_the_current_folder(tmp_path):
-    # profile.sh reads the recipe in isolated mode: a yaml.py here is not imported.
+ALIAS_BOMB = (  # nine levels of nine: refused in one short line, at once
+    "a: &a [x,x,x,x,x,x,x,x,x]\n"
+    + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    + "collect: {proton: {mode: *i}}\n"
+)
+HOSTILE = {
+    "missing": (lambda path: None, "no such file or directory"),
+    "bad-yaml": (lambda path: path.write_text("collect: [unclosed"), "not valid YAML"),
+    "a-list": (lambda path: path.write_text("- a list"), "no collect.proton mapping"),
+    "alias-bomb": (lambda path: path.write_text(ALIAS_BOMB), "mode must be a string, got a list"),
+    "huge-int": (lambda path: path.write_text(f"trials: {'9' * 5001}\n"), "not valid YAML"),
+    "deep": (lambda path: path.write_text("[" * 5000), "not valid YAML"),
+    "not-utf8": (lambda path: path.write_bytes(b"collect: {proton: {mode: \xff}}"), "not UTF-8"),
+    "escape": (lambda path: path.write_text('collect: {proton: {"\\e[31m": a}}'), "'\\x1b[31m'"),
+    "fifo": (os.mkfifo, "not a regular file"),  # reading it would block
+    "folder": (lambda path: path.mkdir(), "not a regular file"),
+}
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_hostile_recipes_are_refused_by_profile_sh_in_one_line(tmp_path, hostile):
+    make, message = HOSTILE[hostile]
+    make(tmp_path / "r.yaml")
+    p = profile("--recipe", tmp_path / "r.yaml", "--dry-run", *MINE)
+    one_line_refusal(p, message)
+    assert p.stderr.startswith(f"profile.sh: error: {tmp_path}/r.yaml: ") and len(p.stderr) < 400
+
+
+def executable(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def test_an_interpreter_without_pyyaml_is_refused_in_one_line(tmp_path):
+    code = "import runpy, sys; sys.modules['yaml'] = None; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    bare = executable(tmp_path / "python3", f'#!/bin/sh\nexec "{PY}" -c "{code}" "$@"\n')
+    one_line_refusal(profile("--dry-run", "--", bare, "mine.py"), "has no PyYAML to read it with")
+
+
+def test_the_recipe_is_read_without_importing_from_the_current_folder(tmp_path):
+    # ./profile.sh runs from its checkout: a yaml.py there is not imported (PYTHONSAFEPATH
+    # keeps recipe.py's folder off sys.path).
+    for name in ("profile.sh", "recipe.py"):
+        shutil.copy2(ROOT / name, tmp_path / name)
     (tmp_path / "yaml.py").write_text("raise SystemExit('the yaml.py here ran')\n")
-    p = profile("--recipe", ROOT / "recipe.yaml", "--dry-run", *MINE, cwd=tmp_path)
+    p = run("./profile.sh", "--recipe", ROOT / "recipe.yaml", "--dry-run", *MINE, cwd=tmp_path)
     assert p.returncode == 0 and "ran" not in p.stderr, p.stderr
 
 
-# profile.sh: the command it builds.
+def test_pyyaml_on_pythonpath_is_found(tmp_path):
+    # An interpreter that sees no site-packages: PyYAML only through PYTHONPATH, which -I
+    # would hide.
+    bare = executable(tmp_path / "bin" / "python3", f'#!/bin/sh\nexec "{PY}" -S "$@"\n')
+    (tmp_path / "path").mkdir()
+    (tmp_path / "path" / "yaml").symlink_to(Path(yaml.__file__).parent)
+    args = ["--recipe", ROOT / "recipe.yaml", "--dry-run", "--", bare, "mine.py"]
+    p = profile(*args, env={"PYTHONPATH": str(tmp_path / "path")}, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+
+
+# profile.sh: what it refuses before anything runs.
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        "--frobnicate -> unknown argument: --frobnicate (see --help)",
+        " -> no command: give one after --",
+        "--recipe -> --recipe needs a value",
+        "--results '' -- python mine.py -> --results needs a value, not an empty one",
+        *[
+            f"--trials {n} -- python mine.py -> --trials takes 1 to 999"
+            for n in "0 1000 x 07".split()
+        ],
+        "-- bash -c true -> must run a .py script through its interpreter or launcher",
+        "-- mine.py -> must run a .py script through its interpreter or launcher",
+        "-- /no/python3 mine.py -> no interpreter /no/python3",
+        "--data csv -- python mine.py -> --data: 'csv' is not one of tree, trace",
+        "--backend gdb -- python mine.py -> --backend: 'gdb' is not one of auto",
+        "--context full -- python mine.py -> --context: 'full' is not one of shadow, python",
+        "--hook torch -- python mine.py -> --hook: 'torch' is not one of triton",
+    ],
+)
+def test_usage_errors_are_one_line(row):
+    args, message = row.split(" -> ")
+    one_line_refusal(profile("--dry-run", *shlex.split(args)), message)
+
+
+@pytest.mark.parametrize("word", ["exec", "source", ".", "eval", "die"])
+def test_a_shell_builtin_or_function_as_the_command_is_refused(word):
+    # It would run inside profile.sh itself (die is profile.sh's own function).
+    p = profile("--dry-run", "--", word, "python", "mine.py")
+    one_line_refusal(p, f"the command must start with a program, not {word}")
+
+
+# profile.sh takes --output '' for no --output at all: the run goes to the results folder.
+def test_an_empty_output_name_is_refused(tmp_path):
+    one_line_refusal(profile("--output", "", "--dry-run", *MINE, cwd=tmp_path), "--output")
+
+
+def test_cdpath_does_not_change_where_profile_sh_finds_its_files(tmp_path):
+    # With CDPATH, `cd checkout` would go to the decoy, and print its name.
+    (tmp_path / "checkout").symlink_to(ROOT)
+    (tmp_path / "decoy" / "checkout").mkdir(parents=True)
+    args = ["--recipe", ROOT / "recipe.yaml", "--dry-run", "--backend", "instrumentation"]
+    p = run("env", f"CDPATH={tmp_path}/decoy", "checkout/profile.sh", *args, *MINE, cwd=tmp_path)
+    assert p.returncode == 0 and f" {tmp_path}/checkout/proton_launch.py " in p.stdout, p.stderr
+
+
+# profile.sh: the commands it builds, as its dry runs print them.
+
+CLI = "-m triton.profiler.proton -n RUN/proton -c python -d tree"
+OPTS = "-n RUN/proton -c python -d tree"
+JOB = "torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint host0:29500"
 
 
 def test_dry_run_of_the_shipped_recipe(tmp_path):
-    out = tmp_path / "res"
-    lines = dry_run("--output", out, "--", "python", "mine.py", "--n", "4096")
-    assert lines == [
-        f"python -m triton.profiler.proton -n {out}/proton --context python --data tree "
-        "mine.py --n 4096"
-    ]
-    assert not out.exists()  # a dry run creates nothing
-
-
-def test_the_command_comes_from_the_caller():
-    p = profile("--dry-run")
-    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1
-    assert "no command: give one after --" in p.stderr
-    p = profile("--help")
-    assert p.returncode == 0 and "-- COMMAND" in p.stdout and "mine.py" in p.stdout
-
-
-def test_dry_run_variants(tmp_path):
-    out = tmp_path / "o"
-    cmd = ["--output", out, "--", PY, "mine.py", "--iters", "3"]
-    line = dry_run("--recipe", recipe(tmp_path, backend="cupti", hook="triton"), *cmd)
-    assert shlex.split(line[0]) == [
-        PY, "-m", "triton.profiler.proton", "-n", f"{out}/proton", "-b", "cupti",
-        "--context", "python", "--data", "tree", "-k", "triton", "mine.py", "--iters", "3",
-    ]  # fmt: skip
-    env_lines = dry_run("--recipe", recipe(tmp_path, mode="env"), *cmd)
-    assert env_lines == [
-        f"export AORTA_PROTON_DIR={out}",
-        f"export AORTA_PROTON_NAME={out}/proton",
-        "export AORTA_PROTON_CONTEXT=python",
-        "export AORTA_PROTON_DATA=tree",
-        f"{PY} mine.py --iters 3",
-    ]
-    pinned = dry_run("--recipe", recipe(tmp_path, mode="env", backend="roctracer"), *cmd)
-    assert "export AORTA_PROTON_BACKEND=roctracer" in pinned
-    assert pinned[-1] == f"{PY} mine.py --iters 3"
-
-
-def test_dry_run_keeps_spaces_and_can_be_pasted(tmp_path):
-    out = tmp_path / "with space"
-    python = tmp_path / "my python" / "python3"
-    python.parent.mkdir()
-    python.write_text(f'#!/bin/sh\nexec "{PY}" "$@"\n')
-    python.chmod(0o755)
-    lines = dry_run("--output", out, "--", python, "my script.py", "a b", "")
-    assert shlex.split(lines[0]) == [
-        str(python), "-m", "triton.profiler.proton", "-n", f"{out}/proton",
-        "--context", "python", "--data", "tree", "my script.py", "a b", "",
-    ]  # fmt: skip
-
-
-def test_instrumentation_goes_through_the_launcher_with_its_mode(tmp_path):
-    r = recipe(tmp_path, backend="instrumentation", instrumentation_mode="default",
-               granularity="warp")  # fmt: skip
-    (line,) = dry_run("--recipe", r, "--output", tmp_path, "--", PY, "mine.py")
-    assert shlex.split(line) == [
-        PY, str(LAUNCH), "-n", f"{tmp_path}/proton", "-b", "instrumentation", "--context",
-        "python", "--data", "tree", "--mode", "default:granularity=warp", "mine.py",
-    ]  # fmt: skip
-    (line,) = dry_run("--backend", "instrumentation", "--output", tmp_path, *MINE)  # make intra
-    assert f"{LAUNCH} -n {tmp_path}/proton -b instrumentation" in line
-    env = dry_run("--recipe", recipe(tmp_path, mode="env", backend="instrumentation",
-                                     granularity="warp"), *MINE)  # fmt: skip
-    assert "export AORTA_PROTON_MODE=default:granularity=warp" in env
-
-
-def test_dry_run_of_a_two_host_torchrun_job(tmp_path):
-    # What a cluster user runs on each host: every rank writes its own capture.
-    job = ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", "host0:29500", "mine.py", "--rows", "8192"]  # fmt: skip
-    lines = dry_run("--output", tmp_path / "shared", "--", *job)
-    launch = [str(LAUNCH), "-n", f"{tmp_path}/shared/proton", "--context", "python", "--data",
-              "tree", "mine.py", "--rows", "8192"]  # fmt: skip
-    assert shlex.split(lines[0]) == [*job[:9], *launch]
-    assert shlex.split(lines[1].removeprefix("# each rank runs: ")) == launch
-    assert lines[2].startswith(f"# and writes {tmp_path}/shared/proton.rank<R>.hatchet (R from")
-    srun = dry_run("--output", tmp_path, "--", "srun", "-N", "2", "torchrun", "mine.py")
-    assert shlex.split(srun[0])[:4] == ["srun", "-N", "2", "torchrun"]
-    env = dry_run("--recipe", recipe(tmp_path, mode="env"), "--", *job)  # each rank's name
-    assert shlex.split(env[-3])[9:13] == [str(LAUNCH), "-n", f"{ROOT}/profiling_results/proton",
-                                          "--env"]  # fmt: skip
+    d = dry_run("--recipe", ROOT / "recipe.yaml", *MINE, "--n", "4096", cwd=tmp_path)
+    assert re.fullmatch(rf"profiling_results/profile/{STAMP.pattern}", d.folder)
+    assert d.moves == [] and d.commands == [words(f"python {CLI} mine.py --n 4096", d.folder)]
+    assert d.last == words("python SUMMARISER RUN -o RUN/summary.json --table", d.folder)
+    assert list(tmp_path.iterdir()) == []  # a dry run creates nothing
 
 
 @pytest.mark.parametrize(
-    "env, expected",
+    "args, kind",
+    [("", "profile"), ("--data trace", "trace"), ("--backend instrumentation", "intra")]
+    + [("--backend instrumentation --data trace", "intra-trace")],
+)
+def test_each_kind_of_run_has_its_folder_which_a_dry_run_does_not_make(tmp_path, args, kind):
+    d = dry_run("--results", tmp_path / "r", *args.split(), *MINE)
+    assert re.fullmatch(rf"{tmp_path}/r/{kind}/{STAMP.pattern}", d.folder)
+    assert dry_run("--output", tmp_path / "o", *args.split(), *MINE).folder == f"{tmp_path}/o"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "row",
     [
-        (
-            {"HIP_VISIBLE_DEVICES": "1"},
-            ["unset HIP_VISIBLE_DEVICES", "export ROCR_VISIBLE_DEVICES=1"],
-        ),
-        (
-            {"HIP_VISIBLE_DEVICES": "2,3", "CUDA_VISIBLE_DEVICES": "0"},
-            [
-                "unset HIP_VISIBLE_DEVICES",
-                "unset CUDA_VISIBLE_DEVICES",
-                "export ROCR_VISIBLE_DEVICES=2\\,3",
-            ],
-        ),
-        ({"HIP_VISIBLE_DEVICES": "1", "ROCR_VISIBLE_DEVICES": "4"}, ["unset HIP_VISIBLE_DEVICES"]),
-        (
-            {"ROCR_VISIBLE_DEVICES": "4", "CUDA_VISIBLE_DEVICES": "0"},
-            ["unset CUDA_VISIBLE_DEVICES"],
-        ),
-        (
-            {"CUDA_VISIBLE_DEVICES": "0"},
-            ["unset CUDA_VISIBLE_DEVICES", "export ROCR_VISIBLE_DEVICES=0"],
-        ),
+        f"cli-alone | {{backend: cupti, hook: triton}} | | PY mine.py --iters 3 | PY {CLI} -b cupti -k triton mine.py --iters 3",
+        f"roctracer-cli | {{backend: roctracer}} | | python mine.py | python {CLI} -b roctracer mine.py",
+        "overrides | {} | --context shadow --data trace | python mine.py | python -m triton.profiler.proton -n RUN/proton -c shadow -d trace mine.py",
+        f"backend-mode | {{backend: cupti, backend_mode: pcsampling}} | | python mine.py | python LAUNCH {OPTS} -b cupti --mode pcsampling mine.py",
+        f"intra-mode | {{backend: instrumentation, granularity: warp}} | | python mine.py | python LAUNCH {OPTS} -b instrumentation --mode default:granularity=warp mine.py",
+        f"make-intra | {{}} | --backend instrumentation | python mine.py | python LAUNCH {OPTS} -b instrumentation mine.py",
+        f"env | {{mode: env}} | | python mine.py a | python LAUNCH --env {OPTS} mine.py a",
+        f"torchrun | {{}} | | torchrun --nproc-per-node 2 mine.py | torchrun --nproc-per-node 2 LAUNCH --ranked {OPTS} mine.py",
+        f"torchrun-env | {{mode: env}} | --hook triton | torchrun --nproc-per-node 2 mine.py | torchrun --nproc-per-node 2 LAUNCH --ranked --env {OPTS} -k triton mine.py",
+        f"torch-run | {{}} | | PY -m torch.distributed.run --nproc_per_node=4 mine.py | PY -m torch.distributed.run --nproc_per_node=4 LAUNCH --ranked {OPTS} mine.py",
+        f"two-hosts | {{}} | | {JOB} mine.py --rows 8192 | {JOB} LAUNCH --ranked {OPTS} mine.py --rows 8192",
+        f"srun | {{}} | | srun -N 2 torchrun mine.py | srun -N 2 torchrun LAUNCH --ranked {OPTS} mine.py",
+    ],
+    ids=lambda row: row.split(" |")[0],
+)
+def test_the_command_of_each_kind_of_run(tmp_path, row):
+    # Proton's CLI for one process and no mode; else proton_launch.py, --ranked under a
+    # launcher, --env in env mode.
+    _, proton, flags, command, expected = map(str.strip, row.split("|"))
+    d = dry_run("--recipe", recipe(tmp_path, proton=proton), *flags.split(), "--", *words(command))
+    assert d.commands == [words(expected, d.folder)]
+
+
+def test_dry_run_words_keep_their_spaces_and_can_be_pasted(tmp_path):
+    python = executable(tmp_path / "my python" / "python3", f'#!/bin/sh\nexec "{PY}" "$@"\n')
+    d = dry_run("--results", tmp_path / "my results", "--", python, "my script.py", "a b", "")
+    assert d.folder.startswith(f"{tmp_path}/my results/profile/")
+    assert d.commands == [[str(python), *words(CLI, d.folder), "my script.py", "a b", ""]]
+    assert d.last[:3] == [str(python), str(ROOT / "parse_hatchet.py"), d.folder]
+    # Words shlex cannot read back ($'...' for a newline): bash gives each back as it was.
+    odd = ["it's", "$HOME", "*", "tab\there", "new\nline", "back\\slash", '"q"']
+    p = profile("--dry-run", "--results", tmp_path / "r\n*", "--", PY, "mine.py", *odd)
+    assert p.returncode == 0, p.stderr
+    for line in p.stdout.splitlines()[1:]:
+        back = run("bash", "-c", f'set -- {line}\nprintf "%s\\0" "$@"').stdout.split("\0")[:-1]
+        assert back[0] == PY and any(f"{tmp_path}/r\n*/profile/" in w for w in back), line
+        assert back[-len(odd) :] == odd or back[-1] == "--table", line
+
+
+@pytest.mark.parametrize(
+    "trials, flags, expected",
+    [(None, ["--trials", "3"], 3), (2, [], 2), (2, ["--trials", "1"], 1), (None, [], 1)],
+)
+def test_each_trial_has_its_command_and_folder(tmp_path, trials, flags, expected):
+    d = dry_run("--recipe", recipe(tmp_path, trials), *flags, *MINE, cwd=tmp_path)
+    names = [f"{d.folder}/trial{k}/proton" for k in range(1, expected + 1)]
+    found = [command[command.index("-n") + 1] for command in d.commands]
+    assert found == (names if expected > 1 else [f"{d.folder}/proton"])
+    assert d.last[2:5] == [d.folder, "-o", f"{d.folder}/summary.json"]  # one, of the run
+    assert not (tmp_path / "profiling_results").exists()
+
+
+@pytest.mark.parametrize(
+    "command, world",
+    [
+        ("torchrun --nproc-per-node 2 mine.py", "2"),
+        ("PY -m torch.distributed.run --nproc_per_node=4 mine.py", "4"),
+        ("torchrun --standalone --nproc-per-node=3 mine.py", "3"),
+        ("torchrun --nnodes 1 --nproc-per-node 2 mine.py", "2"),
+        ("torchrun --nnodes=1:1 --nproc-per-node 2 mine.py", "2"),
+        (f"{JOB} mine.py", None),  # another host's ranks write on that host
+        ("torchrun --nproc-per-node gpu mine.py", None),
+        ("mpirun -np 3 python mine.py", None),
+        ("python mine.py", None),
     ],
 )
-def test_device_variables_move_to_rocr_on_amd(env, expected):
-    p = profile("--dry-run", *MINE, env={**env, "PROFILE_ASSUME_GPU": "amd"})
-    assert p.returncode == 0
-    assert p.stdout.splitlines()[:-2] == expected
-    assert ("warning" in p.stderr) == bool(expected)
-
-
-@pytest.mark.parametrize("host", ["nvidia", "1"])
-@pytest.mark.parametrize(
-    "env",
-    [{"ROCR_VISIBLE_DEVICES": "4"}, {"HIP_VISIBLE_DEVICES": "1"}, {"ROCR_VISIBLE_DEVICES": "0"}],
-)
-def test_the_gpu_selection_stays_where_no_amd_backend_reads_it(env, host):
-    # A cluster's environment may set AMD's variables on an NVIDIA host too.
-    env = {**env, "CUDA_VISIBLE_DEVICES": "2", "PROFILE_ASSUME_GPU": host}
-    p = profile("--dry-run", *MINE, env=env)
-    assert p.returncode == 0 and "unset" not in p.stdout and "warning" not in p.stderr
-
-
-def test_an_amd_backend_alone_establishes_amd(tmp_path):
-    r = recipe(tmp_path, mode="env", backend="rocprofiler")
-    lines = dry_run("--recipe", r, *MINE, env={"CUDA_VISIBLE_DEVICES": "1"})
-    assert lines[:2] == ["unset CUDA_VISIBLE_DEVICES", "export ROCR_VISIBLE_DEVICES=1"]
-    # The instrumentation backend intercepts no queue: aorta leaves its variables alone.
-    r = recipe(tmp_path, backend="instrumentation")
-    lines = dry_run("--recipe", r, *MINE, env={"HIP_VISIBLE_DEVICES": "1"})
-    assert not lines[0].startswith("unset")
+def test_the_world_size_reaches_the_summariser_from_torchrun_on_one_host(command, world):
+    found = dry_run("--", *words(command), env={"WORLD_SIZE": "9"}).last
+    assert (found[found.index("--world-size") + 1] if "--world-size" in found else None) == world
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "row",
     [
-        (["--output"], "--output needs a directory"),
-        (["--output", "", *MINE], "--output needs a directory, not an empty name"),
-        (["--output", "README.md", *MINE], "--output README.md: not a directory"),
-        (["--frobnicate"], "unknown argument: --frobnicate"),
-        (["--data", "csv", *MINE], "--data: 'csv' is not one of tree, trace"),
-        (["--backend", "gdb", *MINE], "--backend: 'gdb' is not one of auto"),
-        (["--", "bash", "-c", "true"], "must run a .py script (e.g. -- python mine.py)"),
-        (["--", "mine.py"], "must start with the script's interpreter or launcher"),
-        (["--", "/no/python3", "mine.py"], "no interpreter /no/python3"),
-        (["--recipe", "/no/such.yaml", *MINE], "no such file or directory"),
+        "amd | | HIP_VISIBLE_DEVICES=1 | unset HIP_VISIBLE_DEVICES; export ROCR_VISIBLE_DEVICES=1",
+        "amd | | HIP_VISIBLE_DEVICES=2,3 CUDA_VISIBLE_DEVICES=0 | unset HIP_VISIBLE_DEVICES; unset CUDA_VISIBLE_DEVICES; export ROCR_VISIBLE_DEVICES=2\\,3",
+        "amd | | HIP_VISIBLE_DEVICES=1 ROCR_VISIBLE_DEVICES=4 | unset HIP_VISIBLE_DEVICES; export ROCR_VISIBLE_DEVICES=4",
+        "amd | | CUDA_VISIBLE_DEVICES=0 | unset CUDA_VISIBLE_DEVICES; export ROCR_VISIBLE_DEVICES=0",
+        "amd | | ROCR_VISIBLE_DEVICES=4 | ",
+        # A cluster may export AMD's variables on an NVIDIA host; instrumentation and cupti
+        # intercept no AMD queue; an AMD backend does, on whatever host.
+        "nvidia | | HIP_VISIBLE_DEVICES=1 CUDA_VISIBLE_DEVICES=2 | ",
+        "1 | | HIP_VISIBLE_DEVICES=1 CUDA_VISIBLE_DEVICES=2 | ",
+        "amd | --backend instrumentation | HIP_VISIBLE_DEVICES=1 | ",
+        "amd | --backend cupti | HIP_VISIBLE_DEVICES=1 | ",
+        "nvidia | --backend rocprofiler | CUDA_VISIBLE_DEVICES=1 | unset CUDA_VISIBLE_DEVICES; export ROCR_VISIBLE_DEVICES=1",
+        "1 | --backend roctracer | CUDA_VISIBLE_DEVICES=1 | unset CUDA_VISIBLE_DEVICES; export ROCR_VISIBLE_DEVICES=1",
     ],
 )
-def test_usage_errors_are_one_line(args, message):
-    p = profile("--dry-run", *args)
-    assert p.returncode == 2 and p.stdout == ""
-    assert p.stderr.count("\n") == 1 and message in p.stderr, p.stderr
+def test_device_variables_move_to_rocr_where_an_amd_backend_reads_them(row):
+    host, flags, env, expected = map(str.strip, row.split("|"))
+    env = dict(pair.split("=") for pair in env.split())
+    moves = dry_run(*flags.split(), *MINE, env={**env, "PROFILE_ASSUME_GPU": host}).moves
+    assert moves == (expected.split("; ") if expected else [])
 
 
-def test_a_python_without_pyyaml_is_a_usage_error(tmp_path):
-    bare = tmp_path / "python3"  # an interpreter that cannot import yaml
-    bare.write_text(f'#!/bin/sh\n[ "$1" = -I ] && shift\nexec "{PY}" -c "import runpy, sys; '
-                    "sys.modules['yaml'] = None; sys.argv = sys.argv[1:]; "
-                    "runpy.run_path(sys.argv[0], run_name='__main__')\" \"$@\"\n")  # fmt: skip
-    bare.chmod(0o755)
-    p = profile("--dry-run", "--", bare, "mine.py")
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "has no PyYAML" in p.stderr
+# Real runs, with a fake env-mode payload standing in for the script and Proton.
+
+FAKE = ROOT / "tests" / "payloads" / "fake_proton.py"  # writes a given capture as Proton would
 
 
-def test_cdpath_does_not_change_where_profile_sh_looks(tmp_path):
-    p = profile("--dry-run", *MINE, env={"CDPATH": str(tmp_path)})
-    assert p.returncode == 0 and p.stdout.count("\n") == 2
+def fake_args(tmp_path, *words, start=(PY,), options=(), trials=None, proton="{}"):
+    """profile.sh's arguments for FAKE with words, started by start, in env mode."""
+    r = recipe(tmp_path, trials, "{mode: env, " + proton[1:])
+    return ["--recipe", r, *options, "--", *start, FAKE, *words]
 
 
-@pytest.mark.skipif(any(map(os.path.exists, ("/dev/nvidiactl", "/dev/kfd"))),
-                    reason="a GPU driver is here (the hidden GPU is tested on it)")  # fmt: skip
-def test_no_gpu_is_refused_at_once(tmp_path):
-    p = profile("--output", tmp_path, "--", PY, "-c", "raise SystemExit('ran')", "x.py")
-    assert p.returncode == 2
-    assert "no GPU visible: Proton needs one" in p.stderr and "ran" not in p.stderr
+def fake_run(tmp_path, *words, env=None, **kw):
+    """profile.sh run from tmp_path, its results in tmp_path/profiling_results."""
+    env = {"PROFILE_ASSUME_GPU": "1", **(env or {})}
+    return profile(*fake_args(tmp_path, *words, **kw), env=env, cwd=tmp_path)
 
 
-# After the run, with a fake env-mode payload standing in for Proton.
+def runs(tmp_path, kind="profile"):
+    """The run folders of kind, oldest first, and where latest and previous point."""
+    folder = tmp_path / "profiling_results" / kind
+    names = sorted(p.name for p in folder.iterdir() if STAMP.fullmatch(p.name))
+    links = [folder / "latest", folder / "previous"]
+    return [folder / n for n in names], *[os.readlink(n) if n.is_symlink() else None for n in links]
 
-FAKE = """
-import os, shutil, sys, time
-what = sys.argv[1]
-if what == "fail":
-    raise SystemExit(7)
-if what == "wait":  # stands for a long run: says it started, then writes late
-    open(sys.argv[2], "w").write(str(os.getpid()))
+
+def summary(folder):
+    return json.loads((Path(folder) / "summary.json").read_text())
+
+
+def with_umask(mask, call, *args, **kw):
+    old = os.umask(mask)
     try:
-        time.sleep(float(sys.argv[3]))
-    except KeyboardInterrupt:  # takes its time to end, as Proton writing a capture does
-        print("interrupted,", flush=True)
-        time.sleep(2.5)
-        print("finished", flush=True)
-        raise SystemExit(130)
-if what == "read":  # reads the terminal (stdin)
-    print("read:", sys.stdin.readline().strip())
-if what != "none":
-    ext = ".chrome_trace" if os.environ["AORTA_PROTON_DATA"] == "trace" else ".hatchet"
-    for capture in sys.argv[1:]:
-        if os.path.isfile(capture):
-            rank = os.path.basename(capture).partition(".rank")[2].partition(".")[0]
-            name = os.environ["AORTA_PROTON_NAME"] + (f".rank{rank}" if rank else "")
-            shutil.copy(capture, name + ext)
-"""
-TREE = FIXTURES / "amd-gfx950-vecadd-shadow.hatchet"
-
-
-def fake_args(tmp_path, *captures, options=(), out=None):
-    payload = tmp_path / "payload.py"
-    payload.write_text(FAKE)
-    out = tmp_path / "out" if out is None else out
-    r = recipe(tmp_path, mode="env")
-    return ["--recipe", r, "--output", out, *options, "--", PY, payload, *captures], out
-
-
-def fake_run(tmp_path, *captures, options=(), out=None):
-    args, out = fake_args(tmp_path, *captures, options=options, out=out)
-    return profile(*args, env={"PROFILE_ASSUME_GPU": "1"}), out
-
-
-def test_good_capture_writes_summary(tmp_path):
-    p, out = fake_run(tmp_path, FIXTURES / "amd-gfx950-vecadd-shadow.hatchet")
-    assert p.returncode == 0, p.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["proton_kernel_count"] == 12
-    assert summary["proton_top_kernels"][0] == "add_kernel"
-    assert summary["proton_artifact_dir"] == str(out)
-    assert "add_kernel" in p.stdout  # the kernel table
-
-
-def test_data_trace_without_editing_the_recipe(tmp_path):
-    line = dry_run("--data", "trace", "--output", tmp_path, *MINE)[0]
-    assert "--context python --data trace mine.py" in line
-    p, out = fake_run(tmp_path, TRACE,
-                      options=["--data", "trace"])  # fmt: skip
-    assert p.returncode == 0, p.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["proton_timeline"][0]["launches"] == 20
-    assert "the host's launch cost bounds it" in p.stdout
-
-
-def test_only_this_tool_s_files_are_cleared_and_only_this_run_s_summarised(tmp_path):
-    # An earlier run of more ranks, of phases, of the other data kind: cleared, not
-    # counted. Files of the same stem that this tool never writes: left alone.
-    out = tmp_path / "out"
-    out.mkdir()
-    stale = ["proton.rank7.chrome_trace", "proton.chrome_trace", "proton.hatchet",
-             "proton.part_0.hatchet", "proton.rank1.part_2.chrome_trace",
-             "proton.hatchet_msgpack", "proton.provenance.json", "proton.rank7.provenance.json",
-             "summary.json"]  # fmt: skip
-    theirs = ["proton.rank0.baseline.hatchet", "proton.rankings.hatchet", "proton.txt",
-              "proton.rank1.hatchet.bak", "notes.json"]  # fmt: skip
-    tree = (FIXTURES / "amd-gfx950-vecadd-shadow.hatchet").read_bytes()
-    for file in stale + theirs:
-        (out / file).write_bytes(tree)
-    p, _ = fake_run(tmp_path, TRACE, options=["--data", "trace"])
-    assert p.returncode == 0, p.stderr
-    # Gone, or written anew by this run (its provenance, its summary).
-    assert not [f for f in stale if (out / f).exists() and (out / f).read_bytes() == tree]
-    assert all((out / file).read_bytes() == tree for file in theirs)
-    summary = json.loads((out / "summary.json").read_text())
-    assert "add_kernel" not in summary["proton_top_kernels"]
-
-
-def test_root_only_tree_is_an_error(tmp_path):
-    tree = tmp_path / "root.hatchet"
-    tree.write_text(json.dumps([{"frame": {"name": "ROOT"}, "metrics": {}, "children": []}, {}]))
-    p, out = fake_run(tmp_path, tree)
-    assert p.returncode == 1
-    assert "no timed kernel" in p.stderr and "proton.start()" in p.stderr
-    assert not (out / "summary.json").exists()
-
-
-def test_missing_capture_is_an_error(tmp_path):
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "proton.hatchet").write_text("[]")  # an earlier run's file
-    (tmp_path / "out" / "summary.json").write_text("{}")  # and its summary
-    p, out = fake_run(tmp_path, "none")
-    assert p.returncode == 1
-    assert "the run wrote no profile" in p.stderr and "sys.exit" in p.stderr
-    assert not (out / "summary.json").exists()
-
-
-def test_failing_payload_passes_its_exit_code_on(tmp_path):
-    p, out = fake_run(tmp_path, "fail")
-    assert p.returncode == 7
-    assert "the command exited 7" in p.stderr
-    assert not (out / "summary.json").exists()
-
-
-def test_summary_has_the_umask_s_mode(tmp_path):
-    old = os.umask(0o022)
-    try:
-        p, out = fake_run(tmp_path, FIXTURES / "amd-gfx950-vecadd-shadow.hatchet")
+        return call(*args, **kw)
     finally:
         os.umask(old)
-    assert p.returncode == 0 and (out / "summary.json").stat().st_mode & 0o777 == 0o644
 
 
-# proton_launch.py: what it does besides starting Proton, in this process.
-
-
-@pytest.mark.parametrize(
-    "env, name",
-    [
-        ({}, "out/proton"),
-        ({"RANK": "3"}, "out/proton.rank3"),
-        ({"SLURM_PROCID": "12"}, "out/proton.rank12"),
-        ({"RANK": "1", "SLURM_PROCID": "12"}, "out/proton.rank1"),  # torchrun's global rank
-    ],
-)
-def test_each_rank_names_its_capture(env, name):
-    assert proton_launch.rank_name("out/proton", env) == name
-
-
-def test_a_bad_rank_is_a_usage_error(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        proton_launch.rank_name("out/proton", {"RANK": "-1"})
-    assert exit_.value.code == 2 and "RANK must be a whole number" in capsys.readouterr().err
-
-
-def test_env_mode_exports_the_rank_s_name_and_runs_the_script(tmp_path):
-    script = tmp_path / "show.py"
-    script.write_text("import os, sys\nprint(os.environ['AORTA_PROTON_NAME'], sys.argv[1:])\n"
-                      "raise SystemExit(3)\n")  # fmt: skip
-    p = run(PY, LAUNCH, "--env", "-n", tmp_path / "proton", script, "a", "--b",
-            env={"RANK": "2"})  # fmt: skip
-    assert p.returncode == 3 and p.stdout == f"{tmp_path}/proton.rank2 ['a', '--b']\n"
-
-
-@pytest.mark.parametrize(
-    "arch, refused", [("gfx942:sramecc+:xnack-", False), ("gfx950", False), ("gfx90a", True)]
-)
-def test_instrumentation_refuses_an_amd_arch_it_cannot_compile_for(monkeypatch, capsys, arch,
-                                                                   refused):  # fmt: skip
-    from triton.runtime import driver
-
-    target = SimpleNamespace(backend="hip", arch=arch)
-    monkeypatch.setattr(driver, "_active", SimpleNamespace(get_current_target=lambda: target),
-                        raising=False)  # fmt: skip
-    monkeypatch.setattr(type(driver), "active", property(lambda self: self._active))
-    if refused:
-        with pytest.raises(SystemExit) as exit_:
-            proton_launch.check_instrumentable()
-        assert exit_.value.code == 2
-        assert "compiles for gfx942 and gfx950 only, not gfx90a" in capsys.readouterr().err
-    else:
-        proton_launch.check_instrumentable()
-
-
-def test_typed_modes_from_aorta_s_strings():
-    mode = proton_launch.typed_mode("default:granularity=warp:sampling_strategy=selective:"
-                                    "sampling_options=0")  # fmt: skip
-    assert type(mode).__name__ == "Default" and mode.sampling_options == "0"
-    assert proton_launch.typed_mode("pcsampling") == "pcsampling"  # other backends: as given
-    with pytest.raises(SystemExit):
-        proton_launch.typed_mode("default:granularity")
-
-
-# On the GPU, end to end through make, with a payload of the tests' own.
-
-PAYLOAD = "tests/payloads/vector_add.py"
-N, ITERS = 98432, 10
-
-
-def make(target, out, *variables, script=PAYLOAD, args=f"--n {N} --iters {ITERS}"):
-    return run("make", "-s", target, f"OUT={out}", f"SCRIPT={script}", f"ARGS={args}", *variables)
-
-
-def _check_capture(p, out, hook):
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert "vector_add: PASS" in p.stdout
-    assert (out / "proton.hatchet").is_file()
-    summary = json.loads((out / "summary.json").read_text())
-    (top,) = [k for k in summary["proton_kernels"] if k["name"].startswith("vector_add_kernel")]
-    assert top["launches"] == ITERS + 1
-    assert ("gbyte_per_s" in top) == hook
-    if hook:  # named by the payload's launch_metadata, with the bytes it moves
-        assert top["name"] == f"vector_add_kernel [{N}]"
-        assert top["gbyte_per_s"] > 0
-    sites = summary["proton_callsites"]
-    ours = [s for s in sites if any(k["name"].startswith("vector_add") for k in s["kernels"])]
-    # The checked launch and the loop: two sites, each a line of vector_add(), not a launcher's.
-    assert sorted(k["launches"] for s in ours for k in s["kernels"]) == [1, ITERS]
-    assert len(ours) == 2 and all(s["callsite"].endswith(" vector_add") for s in ours)
-
-
-@pytest.mark.gpu
-def test_gpu_make_profile(tmp_path):
-    p = make("profile", tmp_path)
-    _check_capture(p, tmp_path / "profile", hook=False)
-    made = json.loads((tmp_path / "profile" / "summary.json").read_text())["proton_provenance"]
-    assert made["triton"] == triton.__version__ and made["device"] and made["run_id"]
-    assert made["backend_asked"] == "auto" and made["backend_used"] in ("cupti", "roctracer",
-                                                                       "rocprofiler")  # fmt: skip
-
-
-@pytest.mark.gpu
-def test_gpu_make_profile_with_the_triton_hook(tmp_path):
-    p = make("profile", tmp_path, f"RECIPE={recipe(tmp_path, hook='triton')}")
-    _check_capture(p, tmp_path / "profile", hook=True)
-
-
-@pytest.mark.gpu
-def test_gpu_make_profile_of_two_ranks(tmp_path):
-    p = make("profile", tmp_path, "NPROC=2", args="--iters 3")
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("PASS") == 2 and "vector_add[rank 1]: PASS" in p.stdout
-    summary = json.loads((tmp_path / "profile" / "summary.json").read_text())
-    assert [r["rank"] for r in summary["proton_ranks"]] == [0, 1]
-    assert [r["files"] for r in summary["proton_ranks"]] == [
-        [str(tmp_path / "profile" / f"proton.rank{r}.hatchet")] for r in (0, 1)
-    ]
-
-
-@pytest.mark.gpu
-def test_gpu_make_intra(tmp_path):
-    p = make("intra", tmp_path, args="--iters 2")
-    assert p.returncode == 0, p.stdout + p.stderr
-    summary = json.loads((tmp_path / "intra" / "summary.json").read_text())
-    scopes = {s["scope"]: s for s in summary["proton_scopes"]}
-    assert set(scopes) == {"load", "store"}
-    assert sum(s["share"] for s in scopes.values()) == pytest.approx(1.0)
-    made = summary["proton_provenance"]
-    assert made["backend_used"] == "instrumentation" and made["mode_used"].startswith("default")
-
-
-GRAPH, REPLAYS = "tests/payloads/graph_replay.py", 50
-
-
-@pytest.mark.gpu
-def test_gpu_a_cuda_graph_s_replays_are_counted_in_tree_and_trace(tmp_path):
-    launches = {}
-    for target in ("profile", "trace"):
-        p = make(target, tmp_path, script=GRAPH, args=f"--replays {REPLAYS}")
-        assert p.returncode == 0, p.stdout + p.stderr
-        assert "graph_replay: PASS" in p.stdout
-        summary = json.loads((tmp_path / target / "summary.json").read_text())
-        ours = [k for k in summary["proton_kernels"] if k["name"].startswith("scale_kernel")]
-        launches[target] = sum(k["launches"] for k in ours)
-    assert launches["profile"] >= REPLAYS and launches["trace"] == launches["profile"], launches
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("hidden", ["", "-1"])
-def test_gpu_hidden_by_a_device_variable_is_refused(tmp_path, hidden):
-    p = profile("--output", tmp_path, "--", PY, PAYLOAD, env={"CUDA_VISIBLE_DEVICES": hidden})
-    assert p.returncode == 2 and "no GPU visible" in p.stderr
-
-
-@pytest.mark.parametrize(
-    "make, message",
-    [
-        (lambda path: os.mkfifo(path), "not a regular file"),  # would block the read
-        (
-            lambda path: path.write_text("collect: {proton: {mode: " + "9" * 5001 + "}}"),
-            "not valid YAML",
-        ),  # fmt: skip
-        (lambda path: path.write_text("[" * 5000), "not valid YAML"),
-        (
-            lambda path: path.write_text('collect: {proton: {"\\e[31m\\nX": a}}'),
-            "unknown key collect.proton.\\x1b[31m\\nX",
-        ),  # fmt: skip
-    ],
-    ids=["fifo", "huge-int", "deep", "escape"],
-)
-def test_hostile_recipes_are_one_line(tmp_path, capsys, make, message):
-    path = tmp_path / "r.yaml"
-    make(path)
-    assert rc.main([str(path)]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1 and message in err, err
-
-
-def test_the_launcher_refuses_a_bad_rank_or_a_missing_script(tmp_path):
-    p = run(PY, LAUNCH, "--env", "-n", tmp_path / "x", "missing.py")
-    assert p.returncode == 2 and "no such script" in p.stderr and "Traceback" not in p.stderr
-    script = tmp_path / "s.py"
-    script.write_text("")
-    for rank in ("9" * 5000, "\u0661", "-1"):  # too long, an Arabic-Indic digit, negative
-        p = run(PY, LAUNCH, "--env", "-n", tmp_path / "x", script, env={"RANK": rank})
-        assert p.returncode == 2 and "RANK must be a whole number" in p.stderr
-
-
-# A run and its output folder, its signals, its command and its ranks.
-
-
-def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
-    started, out = tmp_path / "started", tmp_path / "out"
-    args, _ = fake_args(tmp_path, "wait", started, "3", TREE)
-    first = popen(args)
-    try:
-        wait_for(started)
-        p, _ = fake_run(tmp_path, TREE)
-        assert p.returncode == 2 and p.stderr.count("\n") == 1
-        assert "is in use by another profile.sh run" in p.stderr
-        assert first.wait(timeout=60) == 0  # its capture was neither cleared nor mixed
-        assert json.loads((out / "summary.json").read_text())["proton_kernel_count"] == 12
-    finally:
-        first.kill()
-    p, _ = fake_run(tmp_path, TREE)  # the lock went with the first run
+def test_a_good_capture_is_summarised_in_the_run_s_folder_with_the_umask_s_mode(tmp_path):
+    p = with_umask(0o027, fake_run, tmp_path, TREE)
     assert p.returncode == 0, p.stderr
+    (folder,), latest, previous = runs(tmp_path)
+    assert latest == folder.name and previous is None
+    assert (folder / "summary.json").stat().st_mode & 0o777 == 0o640
+    s = summary(folder)
+    assert s["proton_kernel_count"] == 12 and s["proton_top_kernels"][0] == "add_kernel"
+    assert s["proton_artifact_dir"] == str(folder.resolve())
+    assert "add_kernel" in p.stdout  # the kernel table
+    assert p.stdout.endswith(f"wrote profiling_results/profile/{folder.name}/summary.json\n")
 
 
-def popen(args, **kw):
-    env = {**os.environ, "PROFILE_ASSUME_GPU": "1"}
-    return subprocess.Popen([str(PROFILE), *map(str, args)], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # fmt: skip
+def test_a_trace_goes_to_the_trace_runs(tmp_path):
+    assert fake_run(tmp_path, TRACE, options=["--data", "trace"]).returncode == 0
+    (folder,), latest, _ = runs(tmp_path, "trace")
+    assert latest == folder.name and summary(folder)["proton_timeline"][0]["launches"] == 20
+
+
+def test_each_run_has_a_new_folder_latest_the_newest_previous_the_one_before(tmp_path):
+    for _ in range(3):
+        assert fake_run(tmp_path, TREE).returncode == 0
+    folders, latest, previous = runs(tmp_path)
+    assert len(folders) == 3 and all((f / "summary.json").is_file() for f in folders)
+    # Links by the folder's name alone: the results can move.
+    assert (latest, previous) == (folders[2].name, folders[1].name)
+    assert summary(tmp_path / "profiling_results/profile/latest")["proton_kernel_count"] == 12
+
+
+@pytest.mark.parametrize(
+    "word, status, message",
+    [("fail", 7, "the command exited 7; no summary written"), ("root.hatchet", 1, "no timed")]
+    + [("none", 1, "the run wrote no profile (Triton 3.6 ")],
+)
+def test_a_failed_run_leaves_latest_where_it_was(tmp_path, word, status, message):
+    assert fake_run(tmp_path, TREE).returncode == 0
+    root_only = [{"frame": {"name": "ROOT"}, "metrics": {}, "children": []}, {}]
+    (tmp_path / "root.hatchet").write_text(json.dumps(root_only))  # no kernel in it
+    p = fake_run(tmp_path, tmp_path / word)
+    assert p.returncode == status and message in p.stderr, p.stderr
+    assert status != 1 or "proton.start()" in p.stderr
+    (good, failed), latest, previous = runs(tmp_path)
+    assert (latest, previous) == (good.name, None)
+    assert failed.is_dir() and not (failed / "summary.json").exists()
+
+
+def defaults():
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def start(args, cwd, **kw):
+    """profile.sh started in a session of its own, with the signals it traps at their
+    defaults (a pytest in the background has SIGINT ignored, which bash could not trap)."""
+    env = {**os.environ, **environment({"PROFILE_ASSUME_GPU": "1"})}
+    env = {k: v for k, v in env.items() if v is not None}
+    kw = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen([PROFILE, *args], cwd=cwd, env=env, preexec_fn=defaults, **kw)
 
 
 def wait_for(path, seconds=60):
     deadline = time.monotonic() + seconds
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
-def gone(pid):
+def test_two_runs_started_at_once_have_folders_of_their_own(tmp_path):
+    both = [start(fake_args(tmp_path, "wait", tmp_path / k, "1", TREE), tmp_path) for k in "ab"]
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+        assert [p.wait(timeout=60) for p in both] == [0, 0]
+    finally:
+        for p in both:
+            p.kill()
+    folders, latest, _ = runs(tmp_path)
+    assert len(folders) == 2 and latest in {f.name for f in folders}
+    assert all(summary(f)["proton_kernel_count"] == 12 for f in folders)  # not mixed
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["new", "empty"])
+def test_output_writes_into_a_new_or_empty_folder_without_links(tmp_path, made):
+    out = tmp_path / "out" / "deeper\n"
+    if made:
+        out.mkdir(parents=True)
+    p = fake_run(tmp_path, TREE, options=["--output", out])
+    assert p.returncode == 0, p.stderr
+    assert {"proton.hatchet", "summary.json"} <= {f.name for f in out.iterdir()}
+    assert summary(out)["proton_artifact_dir"] == str(out.resolve())
+    assert not (tmp_path / "profiling_results").exists()  # no latest, no other folder
+
+
+@pytest.mark.parametrize("holds", ["file", "hidden", "folder", "is-a-file", "dangling-link"])
+def test_output_holding_anything_is_refused_and_left_as_it_was(tmp_path, holds):
+    args = fake_args(tmp_path, "wait", tmp_path / "ran", "0", TREE)
+    out = tmp_path / "out"
+    if holds == "is-a-file":
+        out.write_text("mine")
+    elif holds == "dangling-link":
+        out.symlink_to(tmp_path / "nowhere")
+    else:
+        out.mkdir()
+        theirs = out / {"file": "notes.txt", "hidden": ".keep", "folder": "sub"}[holds]
+        theirs.mkdir() if holds == "folder" else theirs.write_text("mine")
+    before = sorted((p, p.is_file() and p.read_text()) for p in tmp_path.rglob("*"))
+    p = profile("--output", out, *args, env={"PROFILE_ASSUME_GPU": "1"}, cwd=tmp_path)
+    one_line_refusal(p, f"--output {out}: not a new or empty folder (nothing is cleared")
+    assert sorted((p, p.is_file() and p.read_text()) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("where, cannot", [("--results", "make"), ("--output", "write into")])
+def test_a_folder_that_cannot_be_made_is_refused_before_the_workload_runs(tmp_path, where, cannot):
+    (tmp_path / "file").write_text("mine")
+    options = [where, tmp_path / "file" / "x"]
+    p = fake_run(tmp_path, "wait", tmp_path / "ran", "0", TREE, options=options)
+    one_line_refusal(p, f"cannot {cannot} {tmp_path}/file/x")
+    assert not (tmp_path / "ran").exists()
+
+
+def test_results_may_hold_spaces_and_odd_characters(tmp_path):
+    results = tmp_path / "it's a $HOME [1] *\n"
+    assert fake_run(tmp_path, TREE, options=["--results", results]).returncode == 0
+    latest = results / "profile" / "latest"
+    assert STAMP.fullmatch(os.readlink(latest)) and summary(latest)["proton_kernel_count"] == 12
+
+
+@pytest.mark.parametrize("how", [{"options": ["--trials", "2"]}, {"trials": 2}])
+def test_trials_write_their_folders_and_one_summary_of_the_first(tmp_path, how):
+    p = fake_run(tmp_path, TREE, **how)
+    assert p.returncode == 0, p.stderr
+    (folder,), latest, _ = runs(tmp_path)
+    assert {"summary.json", "trial1", "trial2"} <= {f.name for f in folder.iterdir()}
+    assert all((folder / f"trial{k}" / "proton.hatchet").is_file() for k in (1, 2))
+    s = summary(folder)
+    assert s["proton_trials"]["n"] == 2 and s["proton_artifact_dir"] == str(folder.resolve())
+    # The five keys are the first trial's, not the trials added up.
+    assert s["proton_kernel_count"] == 12 and s["proton_top_kernels"][0] == "add_kernel"
+
+
+# proton_launch.py --provenance imports write_output from parse_hatchet, which no longer
+# has it (captures.write_output): no run gets a provenance.json.
+def test_each_run_has_one_provenance_named_by_its_folder_with_the_umask_s_mode(tmp_path):
+    p = with_umask(0o027, fake_run, tmp_path, TREE, proton="{backend: cupti}")
+    assert p.returncode == 0 and "no provenance written" not in p.stderr, p.stderr
+    (folder,), _, _ = runs(tmp_path)
+    made = json.loads((folder / "provenance.json").read_text())
+    assert made["run_id"] == folder.name and made["backend_asked"] == "cupti"
+    assert made["triton"] == triton.__version__ and made["backend_used"] is None  # env mode
+    assert (folder / "provenance.json").stat().st_mode & 0o777 == 0o640
+    assert [f.name for f in folder.rglob("*provenance*")] == ["provenance.json"]
+    assert summary(folder)["proton_provenance"] == made
+
+
+def test_env_mode_exports_aorta_s_names_imports_proton_first_and_moves_amd_s_devices(tmp_path):
+    seen = tmp_path / "seen.json"
+    proton = "{backend: rocprofiler, backend_mode: periodic_flushing, hook: triton}"
+    env = {"PROFILE_ASSUME_GPU": "amd", "HIP_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": "0"}
+    p = fake_run(tmp_path, "env", seen, TREE, proton=proton, env=env)
+    assert p.returncode == 0, p.stderr
+    moved = "unset HIP_VISIBLE_DEVICES unset CUDA_VISIBLE_DEVICES export ROCR_VISIBLE_DEVICES=1"
+    assert f"profile.sh: warning: AMD: {moved}\n" in p.stderr
+    (folder,), _, _ = runs(tmp_path)
+    name = str(folder.relative_to(tmp_path))
+    exported = f"DIR={name} NAME={name}/proton CONTEXT=python DATA=tree BACKEND=rocprofiler"
+    exported = dict(f"AORTA_PROTON_{pair}".split("=") for pair in exported.split())
+    exported.update(AORTA_PROTON_MODE="periodic_flushing", AORTA_PROTON_HOOK="triton")
+    exported["ROCR_VISIBLE_DEVICES"] = "1"
+    assert json.loads(seen.read_text()) == {"preloaded": True, "env": exported}
+
+
+HIDDEN = [{f"{var}_VISIBLE_DEVICES": v} for var in ("CUDA", "HIP", "ROCR") for v in ("", "-1")]
+GPU_HERE = os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/kfd")
+NO_GPU = pytest.param(
+    {"PROFILE_ASSUME_GPU": None}, marks=pytest.mark.skipif(GPU_HERE, reason="GPU")
+)
+
+
+@pytest.mark.parametrize("env", [NO_GPU, *HIDDEN], ids=repr)
+def test_no_gpu_or_one_hidden_by_a_device_variable_is_refused_before_anything_runs(tmp_path, env):
+    p = fake_run(tmp_path, "wait", tmp_path / "ran", "0", TREE, env=env)
+    one_line_refusal(p, "no GPU visible: Proton needs one (check the script alone with: make run)")
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "profiling_results").exists()
+
+
+# Signals: they reach the workload; profile.sh waits for it and leaves no summary.
+
+
+def stopped_by(tmp_path, sig, group):
+    """profile.sh's exit status, the signal it says stopped it, and whether the workload
+    outlived it, once sig reached it mid-run (group: and its workload, as a terminal
+    signals its foreground group)."""
+    started = tmp_path / "started"
+    p = start(fake_args(tmp_path, "wait", started, "60", TREE), tmp_path, start_new_session=True)
+    try:
+        wait_for(started)
+        os.killpg(p.pid, sig) if group else p.send_signal(sig)
+        status, alive = p.wait(timeout=30), Path(f"/proc/{started.read_text()}").exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # what outlived it holds its stderr
+            os.killpg(p.pid, signal.SIGKILL)
+    said = re.search(r"stopped by SIG(\w+): the command ended;", p.stderr.read())
+    return status, said and f"SIG{said[1]}", alive
 
 
 @pytest.mark.parametrize(
     "sig, group, status",
-    [(signal.SIGTERM, False, 143), (signal.SIGINT, True, 130), (signal.SIGTERM, True, 143)],
-    ids=["TERM-to-profile.sh", "INT-to-the-group", "TERM-to-the-group"],
+    [(signal.SIGINT, True, 130), (signal.SIGINT, False, 130), (signal.SIGTERM, False, 143)]
+    + [(signal.SIGHUP, False, 129)],
+    ids=["INT-to-the-group", "INT-to-profile.sh", "TERM-to-profile.sh", "HUP-to-profile.sh"],
 )
 def test_a_signal_ends_the_workload_and_profile_sh_waits_for_it(tmp_path, sig, group, status):
-    started, out = tmp_path / "started", tmp_path / "out"
-    out.mkdir()
-    (out / "theirs.txt").write_text("kept")
-    args, _ = fake_args(tmp_path, "wait", started, "3", TREE)
-    p = popen(args, start_new_session=True)  # a group of its own, as make's under a terminal
+    assert fake_run(tmp_path, TREE).returncode == 0  # latest, which must not move
+    assert stopped_by(tmp_path, sig, group) == (status, sig.name, False)  # the workload gone
+    (done, stopped), latest, previous = runs(tmp_path)
+    left = sorted(f.name for f in stopped.iterdir())
+    # Waited for: the workload's own ending (it writes its capture) came first.
+    assert (tmp_path / "started.ended").read_text().startswith(sig.name)
+    assert left == ["proton.hatchet"] and (latest, previous) == (done.name, None)
+    time.sleep(1)
+    assert sorted(f.name for f in stopped.iterdir()) == left  # nothing came after
+
+
+def test_ctrl_c_on_a_terminal_reaches_the_workload_once(tmp_path):
+    # The terminal sends SIGINT to its foreground group, the workload included: profile.sh,
+    # in that group, forwards no second one, which would cut short what the workload does
+    # on the first (Proton's command line writes its capture in finalize).
+    started = tmp_path / "started"
+    args, env = (
+        fake_args(tmp_path, "wait", started, "60", TREE),
+        {**os.environ, "PROFILE_ASSUME_GPU": "1"},
+    )
+    argv = [str(PROFILE), *map(str, args)]
+    pid, fd = pty.fork()  # profile.sh the foreground job of a terminal of its own
+    if pid == 0:  # the child only replaces itself: nothing of pytest's may run here
+        try:
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    shown = b""
     try:
         wait_for(started)
-        workload = int(started.read_text())
-        if group:
-            os.killpg(p.pid, sig)
-        else:
-            p.send_signal(sig)
-        assert p.wait(timeout=30) == status
-        assert gone(workload)  # ended, and waited for
-        assert "stopped by SIG" in p.stderr.read()
-        time.sleep(3.5)  # as long as the workload would have run: it writes nothing now
-        assert sorted(f.name for f in out.iterdir()) == [".profile.lock", "theirs.txt"]
+        os.write(fd, b"\x03")  # Ctrl-C
+        with contextlib.suppress(OSError):  # EIO: the terminal closed
+            while chunk := os.read(fd, 65536):
+                shown += chunk
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     finally:
+        os.close(fd)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert status == 130 and b"stopped by SIGINT" in shown, shown
+    assert (tmp_path / "started.ended").read_text() == "SIGINT"
+
+
+def test_the_workload_reads_the_terminal(tmp_path):
+    main, terminal = pty.openpty()
+    p = start(fake_args(tmp_path, "read", TREE), tmp_path, stdin=terminal)
+    os.close(terminal)
+    try:
+        os.write(main, b"typed\n")
+        out, err = p.communicate(timeout=60)
+    finally:
+        os.close(main)
         p.kill()
+    assert p.returncode == 0 and "read: typed" in out, err
 
 
-def test_the_workload_can_read_the_terminal(tmp_path):
-    args, _ = fake_args(tmp_path, "read", TREE)
-    p = popen(args, stdin=subprocess.PIPE)
-    stdout, stderr = p.communicate("typed\n", timeout=60)
-    assert p.returncode == 0 and "read: typed" in stdout, stderr
+# Ranks: each rank's capture, and the summary of those read.
 
 
-@pytest.mark.parametrize("builtin", ["exec", "source", ".", "eval", "die"])
-def test_a_shell_builtin_as_the_command_is_refused(builtin):
-    p = profile("--dry-run", "--", builtin, "python", "mine.py")
-    assert p.returncode == 2 and p.stderr.count("\n") == 1
-    assert "must start with a program, not the shell's" in p.stderr
-
-
-def test_an_output_name_keeps_its_trailing_newline(tmp_path):
-    p, out = fake_run(tmp_path, TREE, out=tmp_path / "res\n")
-    assert p.returncode == 0, p.stderr
-    assert (tmp_path / "res\n" / "summary.json").is_file() and not (tmp_path / "res").exists()
-
-
-def test_an_unwritable_output_folder_is_refused_before_the_workload_runs(tmp_path):
-    if os.geteuid() == 0:  # root writes through modes: a folder no one can write in
-        out = Path("/sys/kernel")
-        if not out.is_dir():
-            pytest.skip("no /sys/kernel")
-    else:
-        out = tmp_path / "ro"
-        out.mkdir(mode=0o555)
-    p, _ = fake_run(tmp_path, "wait", tmp_path / "ran", "0", TREE, out=out)
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "cannot write into" in p.stderr
-    assert not (tmp_path / "ran").exists()
-
-
-def test_pyyaml_on_pythonpath_is_found_and_the_current_folder_still_ignored(tmp_path):
-    import yaml as real
-
-    # An interpreter that sees no site-packages: PyYAML only through PYTHONPATH.
-    bare = tmp_path / "bin" / "python3"
-    bare.parent.mkdir()
-    bare.write_text(f'#!/bin/sh\nexec "{PY}" -S "$@"\n')
-    bare.chmod(0o755)
-    path = tmp_path / "path"
-    path.mkdir()
-    (path / "yaml").symlink_to(Path(real.__file__).parent)
-    (tmp_path / "yaml.py").write_text("raise SystemExit('the yaml.py here ran')\n")
-    p = profile("--recipe", ROOT / "recipe.yaml", "--dry-run", "--", bare, "mine.py",
-                env={"PYTHONPATH": str(path)}, cwd=tmp_path)  # fmt: skip
-    assert p.returncode == 0 and "ran" not in p.stderr, p.stderr
-
-
-@pytest.mark.parametrize(
-    "command, env, world",
-    [
-        (["torchrun", "--nproc-per-node", "2", "mine.py"], {}, "2"),
-        ([PY, "-m", "torch.distributed.run", "--nproc_per_node=4", "mine.py"], {}, "4"),
-        (["torchrun", "--standalone", "--nproc-per-node=3", "mine.py"], {"WORLD_SIZE": "9"}, "3"),
-        (["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "mine.py"], {}, None),
-        (["torchrun", "--nproc-per-node", "gpu", "mine.py"], {}, None),
-        (["mpirun", "-np", "3", PY, "mine.py"], {"WORLD_SIZE": "3"}, "3"),
-        ([PY, "mine.py"], {"WORLD_SIZE": "3"}, None),  # one process: no rank to miss
-    ],
-)
-def test_the_world_size_reaches_the_summariser_where_the_launcher_says_it(command, env, world):
-    words = summariser("--", *command, env=env)
-    assert (words[words.index("--world-size") + 1] if "--world-size" in words else None) == world
-
-
-def test_a_capture_or_rank_not_read_keeps_the_summary_and_exits_1(tmp_path):
-    # profile.sh beside a summariser that writes its summary and says a rank was missing.
-    for name in ("profile.sh", "recipe.py", "proton_launch.py", "recipe.yaml"):
-        shutil.copy(ROOT / name, tmp_path / name)
-    (tmp_path / "parse_hatchet.py").write_text(
-        "import sys\nout = sys.argv[sys.argv.index('-o') + 1]\n"
-        "open(out, 'w').write('{\"proton_unread\": [\"rank 1\"]}')\n"
-        "print('parse_hatchet: rank 1 wrote no capture', file=sys.stderr)\nraise SystemExit(1)\n"
-    )
-    payload = tmp_path / "payload.py"
-    payload.write_text(FAKE)
-    out = tmp_path / "out"
-    args = ["--recipe", recipe(tmp_path, mode="env"), "--output", out, "--", PY, payload, TREE]
-    p = run(tmp_path / "profile.sh", *args, env={"PROFILE_ASSUME_GPU": "1"}, cwd=tmp_path)
-    assert p.returncode == 1 and "summary.json says which" in p.stderr.splitlines()[-1]
-    assert json.loads((out / "summary.json").read_text()) == {"proton_unread": ["rank 1"]}
+def test_a_rank_not_read_keeps_the_summary_and_exits_1(tmp_path):
+    launcher = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    p = fake_run(tmp_path, TREE, start=launcher)  # rank 1 writes no capture
+    assert p.returncode == 1, p.stderr
+    assert "summary.json says which" in p.stderr.splitlines()[-1]
+    (folder,), latest, _ = runs(tmp_path)
+    s = summary(folder)
+    assert latest is None and [r["rank"] for r in s["proton_unread"]] == [1]
+    assert [Path(f).name for r in s["proton_ranks"] for f in r["files"]] == ["proton.rank0.hatchet"]
 
 
 @pytest.mark.parametrize(
     "env, rank",
     [
-        ({}, None),
-        ({"RANK": "3"}, 3),
-        ({"SLURM_PROCID": "12"}, 12),
-        ({"OMPI_COMM_WORLD_RANK": "2"}, 2),
-        ({"PMI_RANK": "4"}, 4),
-        ({"PMIX_RANK": "6"}, 6),
+        ("RANK=3", 3),
+        ("SLURM_PROCID=12", 12),
+        ("OMPI_COMM_WORLD_RANK=2", 2),
+        ("PMI_RANK=4", 4),
+        ("PMIX_RANK=6", 6),
         # srun started torchrun, which started this rank: torchrun's RANK.
-        ({"RANK": "1", "SLURM_PROCID": "12", "TORCHELASTIC_RUN_ID": "x"}, 1),
+        ("RANK=1 SLURM_PROCID=12 TORCHELASTIC_RUN_ID=x", 1),
         # srun started this process: a RANK left exported in the shell is stale.
-        ({"RANK": "0", "SLURM_PROCID": "5", "SLURM_TASK_PID": "100"}, 5),
-        ({"RANK": "0", "SLURM_PROCID": "5", "SLURM_TASK_PID": "99"}, 5),  # through a shell
+        ("RANK=0 SLURM_PROCID=5 SLURM_TASK_PID=100", 5),
+        (f"RANK=0 SLURM_PROCID=5 SLURM_TASK_PID={os.getppid()}", 5),  # through a shell
         # mpirun inside a Slurm batch job: the job's SLURM_PROCID is not this rank's.
-        ({"OMPI_COMM_WORLD_RANK": "2", "SLURM_PROCID": "0"}, 2),
+        ("OMPI_COMM_WORLD_RANK=2 SLURM_PROCID=0", 2),
         # Another launcher under srun (one a host) sets RANK for each process.
-        ({"RANK": "7", "SLURM_PROCID": "1", "SLURM_TASK_PID": "42"}, 7),
+        ("RANK=7 SLURM_PROCID=1 SLURM_TASK_PID=42", 7),
     ],
 )
 def test_each_launcher_s_rank(env, rank):
-    assert proton_launch.global_rank(env, pid=100, ppid=99) == rank
+    env = dict(pair.split("=") for pair in env.split())
+    assert proton_launch.global_rank(env, pid=100) == rank
 
 
 @pytest.mark.parametrize(
@@ -870,139 +769,136 @@ def test_local_rank_is_exported_where_unset(env, local):
 
 def test_the_launcher_keeps_the_script_s_words_as_given(tmp_path):
     script = tmp_path / "show.py"
-    script.write_text("import os, sys\nprint(sys.argv[1:], os.environ.get('LOCAL_RANK'))\n")
-    env = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
-    p = subprocess.run([PY, LAUNCH, "--env", "-n", tmp_path / "proton", script, "--", "-n", "x",
-                        "--"], env={**env, "SLURM_LOCALID": "1"}, capture_output=True, text=True)  # fmt: skip
-    assert p.returncode == 0 and p.stdout == "['--', '-n', 'x', '--'] 1\n", p.stderr
-
-
-# Provenance: what made each capture, and the run it belongs to.
-
-
-def test_each_run_s_captures_carry_its_provenance_and_id(tmp_path):
-    ids = []
-    for _ in range(2):
-        p, out = fake_run(tmp_path, TREE)
-        assert p.returncode == 0, p.stderr
-        record = json.loads((out / "proton.provenance.json").read_text())
-        assert set(record) == {"triton", "torch", "device", "backend_asked", "backend_used",
-                               "mode_asked", "mode_used", "run_id"}  # fmt: skip
-        assert record["triton"] == triton.__version__ and record["backend_asked"] == "auto"
-        assert record["backend_used"] is None  # an env-mode payload chose its own
-        assert json.loads((out / "summary.json").read_text())["proton_provenance"] == record
-        ids.append(record["run_id"])
-    assert ids[0] and ids[0] != ids[1]
-
-
-def test_each_rank_writes_its_own_provenance(tmp_path):
-    script = tmp_path / "s.py"
-    script.write_text("")
-    p = run(PY, LAUNCH, "--env", "-n", tmp_path / "proton", "--run-id", "r1", "-b", "cupti",
-            script, env={"RANK": "2"})  # fmt: skip
+    script.write_text("import os, sys\nprint(sys.argv[1:], *map(os.environ.get, sys.argv[2:4]))\n")
+    unset = [f"--unset={k}" for k in INHERITED]  # the ranks below alone
+    launch = ["env", *unset, "SLURM_LOCALID=1", "PMI_RANK=2", PY, LAUNCH, "--ranked", "--env"]
+    p = run(*launch, "-n", tmp_path / "p", script, "--", "AORTA_PROTON_NAME", "LOCAL_RANK", "--")
     assert p.returncode == 0, p.stderr
-    record = json.loads((tmp_path / "proton.rank2.provenance.json").read_text())
-    assert record["run_id"] == "r1" and record["backend_asked"] == "cupti"
-    p = run(PY, LAUNCH, "--provenance", "-n", tmp_path / "cli", "-b", "cupti", "--run-id", "r2")
-    assert p.returncode == 0, p.stderr
-    record = json.loads((tmp_path / "cli.provenance.json").read_text())
-    assert record["backend_used"] == "cupti" and record["run_id"] == "r2"
+    assert p.stdout == f"['--', 'AORTA_PROTON_NAME', 'LOCAL_RANK', '--'] {tmp_path}/p.rank2 1\n"
 
 
-def test_provenance_is_replaced_atomically_with_the_umask_s_mode(tmp_path):
-    target = tmp_path / "elsewhere.json"
-    target.write_text("old")
-    (tmp_path / "linked.provenance.json").symlink_to(target)
-    old = os.umask(0o027)
-    try:
-        proton_launch.write_provenance(str(tmp_path / "plain"), {"run_id": "x"})
-        proton_launch.write_provenance(str(tmp_path / "linked"), {"run_id": "y"})
-    finally:
-        os.umask(old)
-    assert (tmp_path / "plain.provenance.json").stat().st_mode & 0o777 == 0o640
-    assert json.loads(target.read_text()) == {"run_id": "y"}  # written through the link
-    assert sorted(f.name for f in tmp_path.iterdir()) == [
-        "elsewhere.json", "linked.provenance.json", "plain.provenance.json"
-    ]  # fmt: skip
+@pytest.mark.parametrize(
+    "row",
+    [
+        "raise SystemExit(3) | PY LAUNCH --env s.py | 3 | ",
+        "raise SystemExit('why') | PY LAUNCH --env s.py | 1 | why",  # as Python prints it
+        "import sys; sys.exit() | PY LAUNCH --env s.py | 0 | ",
+        "pass | PY LAUNCH --env missing.py | 2 | proton_launch: error: no such .py script: 'missing.py'",
+        "pass | PY LAUNCH --env | 2 | proton_launch: error: give SCRIPT.py, or --provenance FILE and no script",
+        "pass | PY LAUNCH -c full s.py | 2 | proton_launch: error: argument -c: invalid choice: 'full'",
+        "pass | PY LAUNCH --ranked --env s.py | 2 | proton_launch: error: --ranked, but none of",
+        # Too long, not ASCII, negative, empty.
+        *[
+            f"pass | RANK={rank} PY LAUNCH --ranked --env s.py | 2 | proton_launch: error: RANK must be a whole number"
+            for rank in ("9" * 5000, "\u0661", "-1", "''")
+        ],
+    ],
+    ids=lambda row: row[:60],
+)
+def test_the_launcher_exits_with_the_script_s_status_or_2_in_one_line(tmp_path, row):
+    body, command, status, err = map(str.strip, row.split("|"))
+    (tmp_path / "s.py").write_text(body + "\n")
+    unset = [f"--unset={k}" for k in INHERITED]  # no rank but the row's
+    p = run("env", *unset, *words(command), cwd=tmp_path)
+    assert p.returncode == int(status), p.stderr
+    assert p.stderr.startswith(err) and p.stderr.count("\n") == bool(err), p.stderr
 
 
-def test_provenance_is_written_with_sigterm_and_sigint_held_off(tmp_path, monkeypatch):
-    # A signal between the temporary file and its rename would leave the temporary file:
-    # both wait until the file is in place.
-    held = []
-    real_replace = os.replace
+@pytest.mark.parametrize("arch", ["gfx942:sramecc+:xnack-", "gfx950", "gfx90a"])
+def test_instrumentation_refuses_an_amd_arch_it_cannot_compile_for(monkeypatch, capsys, arch):
+    from triton.runtime import driver
 
-    def replace(src, dst):
-        held.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(proton_launch.os, "replace", replace)
-    proton_launch.write_provenance(str(tmp_path / "p"), {"run_id": "x"})
-    assert {signal.SIGTERM, signal.SIGINT} <= held[0]
-    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
-
-
-def in_terminal(args):
-    """profile.sh started on a terminal of its own, as the foreground job: (pid, the
-    terminal's other end)."""
-    argv, env = [str(PROFILE), *map(str, args)], {**os.environ, "PROFILE_ASSUME_GPU": "1"}
-    pid, fd = pty.fork()
-    if pid == 0:  # the child only replaces itself: nothing of pytest's may run here
-        try:
-            os.execve(argv[0], argv, env)
-        finally:
-            os._exit(127)
-    return pid, fd
-
-
-def finish(pid, fd):
-    """What the terminal showed, and the exit status."""
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:  # EIO: the terminal closed
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(fd)
-    return shown.decode(errors="replace"), os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-
-
-def test_on_a_terminal_the_workload_reads_it(tmp_path):
-    args, _ = fake_args(tmp_path, "read", TREE)
-    pid, fd = in_terminal(args)
-    os.write(fd, b"typed\n")
-    shown, status = finish(pid, fd)
-    assert status == 0 and "read: typed" in shown, shown
-
-
-def test_ctrl_c_on_a_terminal_ends_the_workload_once(tmp_path):
-    started, out = tmp_path / "started", tmp_path / "out"
-    args, _ = fake_args(tmp_path, "wait", started, "30", TREE)
-    pid, fd = in_terminal(args)
-    try:
-        wait_for(started)
-        os.write(fd, b"\x03")  # Ctrl-C: SIGINT to the terminal's foreground group
-        shown, status = finish(pid, fd)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    assert status == 130 and gone(int(started.read_text())), shown
-    # The workload got one interrupt, from the terminal: its exit was not cut short.
-    assert "stopped by SIGINT" in shown and "interrupted,\r\nfinished" in shown, shown
-    assert sorted(f.name for f in out.iterdir()) == [".profile.lock"]
-
-
-@pytest.mark.parametrize("kind", ["link", "fifo"])
-def test_a_lock_file_that_is_not_a_file_is_refused(tmp_path, kind):
-    out = tmp_path / "out"
-    out.mkdir()
-    if kind == "link":
-        (out / ".profile.lock").symlink_to(tmp_path / "elsewhere")
+    active = SimpleNamespace(get_current_target=lambda: SimpleNamespace(backend="hip", arch=arch))
+    monkeypatch.setattr(driver, "_active", active, raising=False)
+    monkeypatch.setattr(type(driver), "active", property(lambda self: self._active))
+    if arch == "gfx90a":
+        with pytest.raises(SystemExit) as exit_:
+            proton_launch.check_instrumentable()
+        assert exit_.value.code == 2
+        assert "compiles for gfx942 and gfx950 only, not gfx90a" in capsys.readouterr().err
     else:
-        os.mkfifo(out / ".profile.lock")  # opening it to write would block
-    p, _ = fake_run(tmp_path, TREE)
-    assert p.returncode == 2 and "not a regular file" in p.stderr
-    assert not (tmp_path / "elsewhere").exists()
+        proton_launch.check_instrumentable()
+
+
+def test_typed_modes_from_aorta_s_strings(capsys):
+    mode = proton_launch.typed_mode(
+        "default:granularity=warp:sampling_strategy=selective:sampling_options=0:buffer_size=64"
+    )
+    assert type(mode).__name__ == "Default" and mode.sampling_options == "0"
+    assert mode.buffer_size == 64 and mode.granularity.name == "WARP"
+    assert type(proton_launch.typed_mode("mma:granularity=cta")).__name__ == "MMA"
+    assert proton_launch.typed_mode("pcsampling") == "pcsampling"  # other backends: as given
+    for bad in ("default:granularity", "default:nofield=1", "default:buffer_size=x"):
+        with pytest.raises(SystemExit) as exit_:
+            proton_launch.typed_mode(bad)
+        assert exit_.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_provenance_record_says_what_was_asked_and_used():
+    def record(*argv):
+        return proton_launch.provenance(proton_launch.parse(["--provenance", "p.json", *argv]))
+
+    made = record("-b", "cupti", "--run-id", "r1")
+    keys = "triton torch device backend_asked backend_used mode_asked mode_used run_id"
+    assert sorted(made) == sorted(keys.split()) and made["triton"] == triton.__version__
+    assert (made["backend_asked"], made["backend_used"], made["run_id"]) == ("cupti", "cupti", "r1")
+    made = record("-b", "instrumentation", "--mode", "default:granularity=warp")
+    assert made["mode_asked"] == "default:granularity=warp"
+    assert made["mode_used"].startswith("default:") and "GRANULARITY.WARP" in made["mode_used"]
+    made = record("-b", "cupti", "--env")  # the script started Proton as it chose
+    assert (made["backend_asked"], made["backend_used"], made["mode_used"]) == ("cupti", None, None)
+
+
+# On the GPU, end to end through make, with the tests' own payloads.
+
+PAYLOAD, N, ITERS = "tests/payloads/vector_add.py", 1000000, 5
+
+
+def make(target, out, *variables, script=PAYLOAD, args=f"--n {N} --iters {ITERS}"):
+    p = run("make", "-s", target, f"OUT={out}", f"SCRIPT={script}", f"ARGS={args}", *variables)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p, summary(out / target / "latest")
+
+
+def ours(s, name="vector_add_kernel"):
+    return [k for k in s["proton_kernels"] if k["name"].startswith(name)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hook", [[], ["HOOK=triton"]], ids=["", "hook"])
+def test_gpu_make_profile_counts_every_launch_and_with_the_hook_its_bandwidth(tmp_path, hook):
+    p, s = make("profile", tmp_path, *hook)
+    (kernel,) = ours(s)
+    assert "vector_add: PASS" in p.stdout and kernel["launches"] == ITERS + 1
+    if hook:  # named by the payload's launch_metadata, with the bytes it moves
+        assert kernel["name"] == f"vector_add_kernel [{N}]" and kernel["gbyte_per_s"] > 0
+        assert "pct_of_peak_bw" in kernel
+
+
+@pytest.mark.gpu
+def test_gpu_make_profile_of_two_ranks(tmp_path):
+    p, s = make("profile", tmp_path, "NPROC=2")
+    assert "vector_add[rank 1]: PASS" in p.stdout
+    assert [r["rank"] for r in s["proton_ranks"]] == [0, 1] and s["proton_unread"] == []
+
+
+@pytest.mark.gpu
+def test_gpu_make_intra(tmp_path):
+    _, s = make("intra", tmp_path, args="--iters 2")
+    assert {scope["scope"] for scope in s["proton_scopes"]} == {"load", "store"}
+
+
+@pytest.mark.gpu
+def test_gpu_a_cuda_graph_s_replays_are_counted_alike_in_tree_and_trace(tmp_path):
+    launches = {}
+    for target in ("profile", "trace"):
+        _, s = make(target, tmp_path, script="tests/payloads/graph_replay.py", args="--replays 50")
+        launches[target] = sum(k["launches"] for k in ours(s, "scale_kernel"))
+    assert launches["profile"] >= 50 and launches["trace"] == launches["profile"], launches
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hidden", ["", "-1"])
+def test_gpu_hidden_by_a_device_variable_is_refused(tmp_path, hidden):
+    p = profile("--output", tmp_path / "o", "--", PY, PAYLOAD, env={"CUDA_VISIBLE_DEVICES": hidden})
+    one_line_refusal(p, "no GPU visible")

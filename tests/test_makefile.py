@@ -1,0 +1,109 @@
+"""The Makefile as a user types it: every variable reaches the shell as the words given,
+ARGS defaults to the example's only while SCRIPT is the example, and make clean deletes
+nothing that is not this checkout's own. Checked with make -n, and with real runs on
+the CPU where they are quick."""
+
+import re
+import shlex
+import shutil
+
+import pytest
+from conftest import ROOT, run
+
+VECTOR_ADD = "tests/payloads/vector_add.py"
+
+
+def recipe(*args, cwd=ROOT):
+    """The commands make would run, as words."""
+    p = run("make", "--no-print-directory", "-n", *args, cwd=cwd)
+    assert p.returncode == 0, p.stderr
+    return [shlex.split(line) for line in p.stdout.replace("\\\n", " ").splitlines()]
+
+
+def test_make_help_is_the_default_and_lists_every_variable():
+    p = run("make", "--no-print-directory")
+    assert p.returncode == 0 and "make profile" in p.stdout and "make compare" in p.stdout
+    listed = set(p.stdout.split())
+    defined = {
+        line.split()[0] for line in (ROOT / "Makefile").read_text().splitlines() if " ?= " in line
+    }
+    assert defined <= listed, defined - listed
+
+
+@pytest.mark.parametrize("args", ["--a 'b;c' \"d e\" *", "--x $$HOME", "--y `id`", "--n 5\t--m 6"])
+def test_every_word_of_args_reaches_the_script_as_given(args):
+    (words,) = recipe("run", f"SCRIPT={VECTOR_ADD}", f"ARGS={args}")
+    expected = args.replace("$$", "$").split()  # split on whitespace, nothing else done
+    assert words[1:] == [VECTOR_ADD, *expected]
+
+
+def words_of(line):
+    """The words bash makes of a command line that make would run."""
+    p = run("bash", "-c", f"printf '%s\\0' {line}")
+    assert p.returncode == 0, p.stderr
+    return p.stdout.split("\0")[:-1]
+
+
+@pytest.mark.parametrize("variable", ["SCRIPT", "OUT", "RECIPE", "HOOK", "TRIALS"])
+def test_a_newline_or_a_quote_in_a_variable_stays_one_word(variable):
+    value = "it's\nodd; touch x"
+    p = run("make", "--no-print-directory", "-n", "profile", f"{variable}={value}", "ARGS=")
+    assert p.returncode == 0, p.stderr
+    assert value in words_of(p.stdout.replace("\\\n", " ").strip())
+
+
+def test_a_script_whose_name_holds_a_newline_and_a_quote_runs(tmp_path):
+    script = tmp_path / "it's\nodd.py"
+    shutil.copy(ROOT / VECTOR_ADD, script)
+    p = run("make", "-s", "run", f"SCRIPT={script}", "ARGS=--n 100")
+    assert p.returncode == 0 and p.stdout.endswith("vector_add: PASS\n"), p.stderr
+
+
+def test_the_example_s_arguments_go_only_to_the_example():
+    example = re.search(r"^EXAMPLE := (\S+)$", (ROOT / "Makefile").read_text(), re.M)[1]
+    (words,) = recipe("run")
+    assert (
+        words[1] == example
+        and words[2:] == "--rows 4096 --cols 1024 --dtype float32 --iters 20".split()
+    )
+    (words,) = recipe("run", f"SCRIPT={VECTOR_ADD}")
+    assert words[1:] == [VECTOR_ADD]
+
+
+def test_make_run_runs_another_script_on_the_cpu():
+    p = run("make", "-s", "run", f"SCRIPT={VECTOR_ADD}", "ARGS=--n 5000 --iters 2")
+    assert p.returncode == 0 and p.stdout.endswith("vector_add: PASS\n"), p.stderr
+
+
+def test_a_venv_with_spaces_is_one_line_refused():
+    p = run("make", "setup", "VENV=my venv")
+    assert p.returncode == 2 and "VENV must be one path without spaces" in p.stderr
+
+
+@pytest.mark.parametrize("out", [".git", "/", "..", "~", "tracked.py", "/tmp/elsewhere", ""])
+def test_make_clean_deletes_only_its_own_untracked_paths(tmp_path, out):
+    # In a scratch repository: a broken guard must not cost this checkout anything.
+    (tmp_path / "Makefile").write_text((ROOT / "Makefile").read_text())
+    (tmp_path / "tracked.py").write_text("")
+    for command in (["init", "-q"], ["add", "tracked.py"]):
+        assert run("git", *command, cwd=tmp_path).returncode == 0
+    p = run("make", "-s", "clean", "VENV=.venv", f"OUT={out}", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.startswith("make clean: refusing to delete")
+    assert (tmp_path / ".git").is_dir() and (tmp_path / "tracked.py").exists()
+    (tmp_path / "my results").mkdir()
+    assert run("make", "-s", "clean", "OUT=my results", cwd=tmp_path).returncode == 0
+    assert not (tmp_path / "my results").exists()
+
+
+def test_make_clean_from_another_folder_deletes_nothing_there(tmp_path):
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    shutil.copy(ROOT / "Makefile", checkout)
+    elsewhere = tmp_path / "mine"
+    for name in (".venv", "profiling_results", "__pycache__"):
+        (elsewhere / name).mkdir(parents=True)
+    p = run("make", "-s", "-f", checkout / "Makefile", "clean", cwd=elsewhere)
+    assert p.returncode == 2 and "refusing to delete .venv" in p.stderr
+    assert all(
+        (elsewhere / name).is_dir() for name in (".venv", "profiling_results", "__pycache__")
+    )
