@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from parse_hatchet import write_output  # noqa: E402
+from captures import write_output  # noqa: E402
 
 LIB = "/workspace/venv/lib/python3.12/site-packages"
 TRITON_FRAMES = [
@@ -68,9 +68,16 @@ def deep_tree(sites):
     tree(sites)."""
 
     def launch(i):
-        node = frame(TRITON_FRAMES[0], frame(TRITON_FRAMES[1], *(
-            frame(f"kernel_{i % 97}_{j}", count=3, **{"time (ns)": 1000 + j}) for j in range(60)
-        )))  # fmt: skip
+        node = frame(
+            TRITON_FRAMES[0],
+            frame(
+                TRITON_FRAMES[1],
+                *(
+                    frame(f"kernel_{i % 97}_{j}", count=3, **{"time (ns)": 1000 + j})
+                    for j in range(60)
+                ),
+            ),
+        )
         for depth in range(20):
             node = frame(f"/workspace/app/layers.py:{10 + depth}@forward", node)
         return frame(f"/workspace/app/model.py:{i}@layer", node)
@@ -102,13 +109,23 @@ def loop_trace(sites, launches, streams=1):
     events = []
     for i in range(launches):
         site = i % sites
-        stack = ["ROOT", "/workspace/app/train.py:5@<module>",
-                 f"/workspace/app/model.py:{site}@layer", f"kernel_{site}"]  # fmt: skip
-        events.append({
-            "name": f"kernel_{site}", "cat": "kernel", "ph": "X", "tid": i % streams,
-            "ts": round(i * 9.0 / streams, 3), "dur": 5.5 + site % 7,
-            "args": {"call_stack": stack},
-        })  # fmt: skip
+        stack = [
+            "ROOT",
+            "/workspace/app/train.py:5@<module>",
+            f"/workspace/app/model.py:{site}@layer",
+            f"kernel_{site}",
+        ]
+        events.append(
+            {
+                "name": f"kernel_{site}",
+                "cat": "kernel",
+                "ph": "X",
+                "tid": i % streams,
+                "ts": round(i * 9.0 / streams, 3),
+                "dur": 5.5 + site % 7,
+                "args": {"call_stack": stack},
+            }
+        )
     return {"displayTimeUnit": "us", "traceEvents": events}
 
 
@@ -117,11 +134,15 @@ def intra_trace(launches):
     warps x 4 scopes) repeated to the given number of launches, each later in time."""
     import gzip
 
-    data = json.loads(gzip.decompress((HERE.parent / "tests" / "fixtures" /
-                                       "h200-intra.chrome_trace.gz").read_bytes()))  # fmt: skip
+    data = json.loads(
+        gzip.decompress(
+            (HERE.parent / "tests" / "fixtures" / "h200-intra.chrome_trace.gz").read_bytes()
+        )
+    )
     events = data["traceEvents"]
-    data["traceEvents"] = [{**e, "ts": e["ts"] + k * 1e5} for k in range(launches // 2)
-                           for e in events]  # fmt: skip
+    data["traceEvents"] = [
+        {**e, "ts": e["ts"] + k * 1e5} for k in range(launches // 2) for e in events
+    ]
     return data
 
 
@@ -145,8 +166,11 @@ def paired(a, b, repeats=9):
     """Medians of a's and b's wall times, and of a/b pair by pair: the two run in turn,
     so a machine whose speed drifts slows both alike."""
     pairs = [(wall(a), wall(b)) for _ in range(repeats)]
-    return (statistics.median(t[0] for t in pairs), statistics.median(t[1] for t in pairs),
-            statistics.median(x / y for x, y in pairs))  # fmt: skip
+    return (
+        statistics.median(t[0] for t in pairs),
+        statistics.median(t[1] for t in pairs),
+        statistics.median(x / y for x, y in pairs),
+    )
 
 
 RESULTS = HERE / "results" / "parse-speed.txt"
@@ -157,8 +181,10 @@ BEGIN, END = "<!-- parse-speed table: bench/results/parse-speed.txt -->\n", "<!-
 
 def markdown_table(results):
     """docs/summary.md's table, from the results file's text."""
-    rows = ["| shape | size | json.load | parse_hatchet.py | ratio |",
-            "| --- | --- | ---: | ---: | ---: |"]  # fmt: skip
+    rows = [
+        "| shape | size | json.load | parse_hatchet.py | ratio |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
     for line in results.splitlines():
         shape, size, unit, mib, load, parse, ratio = re.match(
             r"parse_speed: (.*), (\d+) (nodes|events), ([\d.]+) MiB: json.load ([\d.]+) s, "

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from parse_hatchet import write_output  # noqa: E402
+from captures import write_output  # noqa: E402
 
 PEERS = ["torch.softmax", "torch.compile", "liger", "quack"]  # quack: where asked for
 CANDIDATES = ["softmax.py", *PEERS, "copy"]
@@ -141,9 +141,12 @@ def section(results, json_path):
     stem = rel.with_suffix("")
     host, prof = results["host_us"], results["profiling"]
     refused = sorted(
-        {f"{c} ({p['cols']} columns{', wrong' if n.startswith('wrong') else ''})"
-         for p in results["points"] for c, n in p.get("notes", {}).items()}
-    )  # fmt: skip
+        {
+            f"{c} ({p['cols']} columns{', wrong' if n.startswith('wrong') else ''})"
+            for p in results["points"]
+            for c, n in p.get("notes", {}).items()
+        }
+    )
     hosts = [c for c in [*CANDIDATES, "kernel[grid]", "compiled[grid]"] if c in host]
     host_row = " | ".join(f"{host[c]:.1f}" for c in hosts)
     vs_torch = results.get("host_vs_torch", {})
@@ -161,7 +164,7 @@ must move: the input read once and the output written once.
 
 - **Device time** is one call's GPU time, by CUDA-graph replay
   (`triton.testing.do_bench_cudagraph`): no host cost leaks in. Replay leaves the input
-  in L2 when it fits (60 MB on an H200), as when the layer before has just written it.
+  in L2 when it fits (60 MiB on an H200), as when the layer before has just written it.
 - **Loop time** is the wall time per call over {results["loop_calls"]} back-to-back calls with one
   synchronize: what a caller sees. Where it is well above device time, the call is
   bound by the host's launch cost, not by the kernel.
@@ -225,15 +228,32 @@ def plot(results, stem):
             have = [p for p in pts if name in p["device_us"]]
             cols = [p["cols"] for p in have]
             mark = "x" if name == "copy" else "o"
-            dev_ax.plot(cols, [gbps(p, p["device_us"][name]) for p in have], mark, color=color,
-                        label=name, linestyle="none")  # fmt: skip
+            dev_ax.plot(
+                cols,
+                [gbps(p, p["device_us"][name]) for p in have],
+                mark,
+                color=color,
+                label=name,
+                linestyle="none",
+            )
             if name != "copy":
-                loop_ax.plot(cols, [p["loop_us"][name] for p in have], mark, color=color,
-                             label=name, linestyle="none")  # fmt: skip
+                loop_ax.plot(
+                    cols,
+                    [p["loop_us"][name] for p in have],
+                    mark,
+                    color=color,
+                    label=name,
+                    linestyle="none",
+                )
         for p in pts:
             if p["rows"] != 4096:
-                dev_ax.annotate(f"{p['rows']} rows", (p["cols"], gbps(p, p["device_us"]["copy"])),
-                                fontsize=7, textcoords="offset points", xytext=(3, 4))  # fmt: skip
+                dev_ax.annotate(
+                    f"{p['rows']} rows",
+                    (p["cols"], gbps(p, p["device_us"]["copy"])),
+                    fontsize=7,
+                    textcoords="offset points",
+                    xytext=(3, 4),
+                )
         dev_ax.set_ylabel("GB/s by device time (input read + output written)")
         dev_ax.set_ylim(bottom=0)
         loop_ax.set_ylabel("loop time per call, us (host included)")
@@ -324,8 +344,9 @@ def merge(parts):
             raise ValueError(f"{path} differs from {parts[0]} in {', '.join(differ)}")
     subsets = [s for run in runs for s in run["subset"]]
     if sorted(subsets) != sorted(POINTS):
-        raise ValueError(f"the parts' subsets {', '.join(subsets)} are not {', '.join(POINTS)}, "
-                         "each once")  # fmt: skip
+        raise ValueError(
+            f"the parts' subsets {', '.join(subsets)} are not {', '.join(POINTS)}, each once"
+        )
     whole = {"points": [p for run in runs for p in run["points"]]}
     for run in runs:
         whole.update({k: v for k, v in run.items() if k not in ("subset", "points")})

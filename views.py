@@ -1,0 +1,374 @@
+"""The summary's views beyond aorta's keys, kernels and call sites (parse_hatchet.py):
+how good each kernel is (its rates against the device's peak, the spread of its launches),
+the timeline of each call site and its launch-bound diagnosis, ranks, scopes inside
+kernels, and folded stacks. Each takes what captures.py read; each table is a list of
+lines, escaped by its caller."""
+
+import math
+
+from captures import Capture, Kernel, Run, frame_text, number, printable, short_names
+
+LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host's launch cost
+
+
+def quantile(ordered: list, q: float) -> float:
+    """The q-quantile of sorted values, by linear interpolation between the closest ranks
+    (numpy's default; Hyndman and Fan's definition 7)."""
+    at = (len(ordered) - 1) * q
+    low = math.floor(at)
+    return ordered[low] + (at - low) * (ordered[min(low + 1, len(ordered) - 1)] - ordered[low])
+
+
+def add(summary: dict, run: Run, sites: dict, ceiling: float | None) -> None:
+    """Adds to summary what run holds beyond its kernels and call sites (sites: chain ->
+    its call site's row); ceiling, a measured bandwidth in GB/s."""
+    for row in summary.get("proton_kernels", []):
+        figures(row, run.capture.kernels[row["name"]], run.devices, ceiling)
+    if run.traced and run.capture.kernels:
+        summary["proton_timeline"] = timelines(run, sites)
+    if ranked := [entry for entry in run.per_file if entry[0] is not None]:
+        if run.capture.kernels:  # scopes alone have no time to compare ranks by
+            summary.update(ranks(ranked, run))
+    if run.capture.scopes:
+        summary["proton_scopes"] = tree_scopes(run.capture.scopes)
+    if run.scoped:
+        summary["proton_scopes"], summary["proton_sm_spread"] = trace_scopes(run.scoped)
+    if run.capture.cpu:
+        rows = [
+            {"scope": name, "cpu_ms": c, "gpu_ms": g} for name, (c, g) in run.capture.cpu.items()
+        ]
+        summary["proton_cpu_scopes"] = sorted(rows, key=lambda row: row["cpu_ms"], reverse=True)
+
+
+def figures(row: dict, k: Kernel, devices: dict, ceiling: float | None) -> None:
+    """A kernel's rates (bytes and flops from Proton's launch hook) against its device's
+    nominal peak (and a measured ceiling), and from traces the spread of its launches."""
+    seconds = k.ms / 1e3
+    device = devices.get(next(iter(k.devices))) if len(k.devices) == 1 else None
+    if k.bytes:
+        rate = row["gbyte_per_s"] = k.bytes / seconds / 1e9 if seconds else None
+        peak = row["peak_gbyte_per_s"] = device and device["peak_gbyte_per_s"]
+        row["pct_of_peak_bw"] = rate / peak if rate and peak else None
+        if ceiling:
+            row["pct_of_ceiling_bw"] = rate / ceiling if rate else None
+    if k.flops:
+        row["flop_per_s"] = sum(k.flops.values()) / seconds if seconds else None
+        peaks = {key: peak_flops(device, key) for key in k.flops}
+        if seconds and all(peaks.values()):  # as proton-viewer's util: each width's time
+            row["pct_of_peak_flops"] = sum(k.flops[key] / peaks[key] for key in peaks) / seconds
+    if k.durations:
+        spread = sorted(k.durations)
+        row.update(min_us=spread[0], median_us=quantile(spread, 0.5))
+        row.update(p90_us=quantile(spread, 0.9), max_us=spread[-1])
+
+
+def peak_flops(device: dict | None, key: str) -> float | None:
+    """A device's nominal peak FLOP/s for flops of a width (flops16: 16 bits), as
+    proton-viewer takes it from Proton's specs, where they know the device."""
+    try:
+        from triton.profiler.specs import max_flops
+
+        clock_khz = device["clock_mhz"] * 1e3
+        peak = max_flops(
+            device["type"], device["arch"], int(key[5:]), device["sm_count"], clock_khz
+        )
+        return number(peak) or None
+    except Exception:  # no device, a width or device the specs do not know, no Triton
+        return None
+
+
+# --- Timeline (traces) ----------------------------------------------------------------
+
+
+def timelines(run: Run, sites: dict) -> list:
+    """A timeline of each process (one's phases are one), and in it each call site's."""
+    by_process = {}
+    for path, launches, _ in run.traced:
+        name = path.name.split(".part_")[0].split(".chrome_trace")[0]
+        by_process.setdefault((path.parent, name), [path, []])[1].extend(launches)
+    out = []
+    for path, launches in by_process.values():
+        rank = next(r for r, p, *_ in run.per_file if p == path)
+        out += [
+            entry if rank is None else {"rank": rank, **entry}
+            for entry in timeline(launches, sites)
+        ]
+    return out
+
+
+def timeline(launches: list, sites: dict) -> list:
+    """Each call site's launches, their summed and spanned ms, the share of its span in
+    which any kernel ran (several streams counted once) and the median idle time between
+    its launches. One sort and one pass: O(n log n) in launches."""
+    launches.sort()  # (start, end, chain, name), by start
+    # Busy time before each launch's start and end: a sweep merging overlapping launches.
+    marks, done, start, end = [], 0.0, None, None
+    for s, e, _, _ in launches:
+        if end is None or s > end:
+            done, start, end = done + (end - start if end is not None else 0.0), s, e
+        end = max(end, e)
+        marks.append((done + s - start, done + e - start))
+    by_site = {}
+    for i, (_, _, chain, _) in enumerate(launches):
+        by_site.setdefault(chain, []).append(i)
+    entries = []
+    for chain, at in by_site.items():
+        last = max(at, key=lambda i: launches[i][1])
+        span = launches[last][1] - launches[at[0]][0]
+        idle = sorted(  # between one launch's end and the next's start, when no kernel ran
+            max(0.0, launches[b][0] - launches[a][1] - (marks[b][0] - marks[a][1]))
+            for a, b in zip(at, at[1:], strict=False)
+        )
+        kernels = {launches[i][3] for i in at}
+        site = sites.get(chain, {"callsite": "", "source": None})
+        entries.append(
+            {
+                "callsite": site["callsite"],
+                "source": site["source"],
+                "launches": len(at),
+                "kernel_ms": sum(launches[i][1] - launches[i][0] for i in at) / 1e3,
+                "span_ms": span / 1e3,
+                "busy": (marks[last][1] - marks[at[0]][0]) / span if span > 0 else 1.0,
+                "median_idle_us": quantile(idle, 0.5) if idle else None,
+                "fewest_launches_of_a_kernel": min(
+                    sum(launches[i][3] == k for i in at) for k in kernels
+                ),
+            }
+        )
+    return sorted(entries, key=lambda e: e["kernel_ms"], reverse=True)
+
+
+def timeline_table(summary: dict, top: int) -> list:
+    """Each call site's timeline; then each that looks like a loop held back by the host:
+    every kernel launched 3 times or more, the GPU busy under half of the span, and gaps
+    the size of a launch's host cost."""
+    ranked = any("rank" in e for e in summary["proton_timeline"])
+    lines = [
+        "timeline per call site (busy: the share of the site's span in which any kernel ran; "
+        "idle: the median gap between its launches)",
+        f"{'kernel ms':>10} {'span ms':>9} {'busy':>5} {'launches':>8} {'idle us':>8}  "
+        + ("rank  " if ranked else "")
+        + "call site",
+    ]
+    for e in summary["proton_timeline"][:top]:
+        idle = "" if e["median_idle_us"] is None else f"{e['median_idle_us']:.1f}"
+        rank = f"{e.get('rank', ''):>4}  " if ranked else ""
+        lines.append(
+            f"{e['kernel_ms']:10.4f} {e['span_ms']:9.4f} {e['busy']:5.0%} "
+            f"{e['launches']:>8} {idle:>8}  {rank}{labelled(e)}"
+        )
+    for e in summary["proton_timeline"]:
+        idle = e["median_idle_us"]
+        loop = e["fewest_launches_of_a_kernel"] >= 3 and e["busy"] < 0.5
+        if loop and idle is not None and idle <= LAUNCH_GAP_US:
+            lines.append(
+                f"{e['callsite'] or 'kernels with no frame of yours'}: the GPU was idle "
+                f"{1 - e['busy']:.0%} of the span of its {e['launches']} launches, a median "
+                f"{idle:.1f} us between launches against {e['kernel_ms'] * 1e3 / e['launches']:.1f}"
+                " us of kernel each: the host's launch cost bounds it, not the kernel."
+            )
+    return lines
+
+
+def labelled(site: dict) -> str:
+    source = f"  {site['source']}" if site.get("source") else ""
+    return site["callsite"] + source or "(no frame of yours)"
+
+
+# --- Ranks ----------------------------------------------------------------------------
+
+
+def ranks(per_file: list, run: Run) -> dict:
+    """proton_ranks, each rank's sums in rank order; proton_rank_imbalance, the busiest
+    rank's GPU time over the mean; from traces, proton_rank_start_skew: where every trace
+    says when its clock started (baseTimeNanoseconds), each rank's first kernel start and
+    last end on that one clock, and which rank's GPU work starts last, by how much."""
+    by_rank = {}
+    for rank, path, ms, launches in per_file:
+        r = by_rank.setdefault(rank, {"rank": rank, "gpu_time_ms": 0.0, "kernel_count": 0})
+        r["gpu_time_ms"] += ms
+        counts = (r["kernel_count"], launches)
+        r["kernel_count"] = None if None in counts else sum(counts)
+        r.setdefault("files", []).append(str(path))
+    times = [r["gpu_time_ms"] for r in by_rank.values()]
+    mean = sum(times) / len(times)
+    out = {"proton_ranks": [by_rank[r] for r in sorted(by_rank)]}
+    out["proton_rank_imbalance"] = max(times) / mean if mean else None
+    traced = [(path, launches, base) for path, launches, base in run.traced if launches]
+    if not traced:
+        return out
+    if any(type(base) is not int for *_, base in traced):
+        return {**out, "proton_rank_start_skew": None}
+    spans = {}  # rank -> [first start, last end], ns since the epoch
+    for path, launches, base in traced:
+        rank = next(r for r, p, *_ in per_file if p == path)
+        first = base + round(min(s for s, *_ in launches) * 1e3)
+        last = base + round(max(e for _, e, *_ in launches) * 1e3)
+        span = spans.setdefault(rank, [first, last])
+        span[:] = [min(span[0], first), max(span[1], last)]
+    for rank, (first, last) in spans.items():
+        by_rank[rank].update(first_kernel_start_ns=first, last_kernel_end_ns=last)
+    latest = max(spans, key=lambda r: spans[r][0])
+    skew = (spans[latest][0] - min(s for s, _ in spans.values())) / 1e6
+    return {**out, "proton_rank_start_skew": {"rank": latest, "ms": skew}}
+
+
+def ranks_table(summary: dict, top: int) -> list:
+    ranks_, skew = summary["proton_ranks"], summary.get("proton_rank_start_skew")
+    zero = min(r["first_kernel_start_ns"] for r in ranks_) if skew else 0
+    clocked = f" {'first ms':>9} {'last ms':>9}" if skew else ""
+    lines = [f"{'rank':>6} {'GPU ms':>10} {'launches':>8} {'vs mean':>8}{clocked}  files"]
+    mean = sum(r["gpu_time_ms"] for r in ranks_) / len(ranks_)
+    for r in ranks_[:top]:
+        n = "?" if r["kernel_count"] is None else r["kernel_count"]
+        vs = f"{r['gpu_time_ms'] / mean:8.2f}" if mean else f"{'':8}"
+        first, last = (
+            r.get(key, zero) - zero for key in ("first_kernel_start_ns", "last_kernel_end_ns")
+        )
+        at = f" {first / 1e6:9.3f} {last / 1e6:9.3f}" if skew else ""
+        files = ", ".join(f.rsplit("/", 1)[-1] for f in r["files"])
+        lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}{at}  {files}")
+    if summary["proton_rank_imbalance"] is not None:
+        imbalance = summary["proton_rank_imbalance"]
+        lines.append(f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}")
+    if skew:
+        lines.append(
+            "start skew (first and last ms: on one clock, from the earliest start): rank "
+            f"{skew['rank']} starts its GPU work last, {skew['ms']:.3f} ms after the first"
+        )
+    elif "proton_rank_start_skew" in summary:
+        lines.append(
+            "ranks' clocks are not comparable (their traces carry no baseTimeNanoseconds): "
+            "no start skew"
+        )
+    return lines
+
+
+# --- Scopes (the instrumentation backend) ---------------------------------------------
+
+
+def tree_scopes(scopes: dict) -> list:
+    """Per kernel and scope of an instrumentation tree: cycles, normalized cycles (per CTA
+    and warp) and the scope's share of its kernel's scope cycles, the largest first."""
+    per_kernel = {}
+    for (kernel, _), (cycles, _) in scopes.items():
+        per_kernel[kernel] = per_kernel.get(kernel, 0.0) + cycles
+    rows = [
+        {
+            "kernel": kernel,
+            "scope": scope,
+            "cycles": cycles,
+            "normalized_cycles": normalized,
+            "share": cycles / per_kernel[kernel] if per_kernel[kernel] else 0.0,
+        }
+        for (kernel, scope), (cycles, normalized) in scopes.items()
+        if math.isfinite(per_kernel[kernel] + normalized)  # crafted values past a float's range
+    ]
+    return sorted(rows, key=lambda row: row["cycles"], reverse=True)
+
+
+def trace_scopes(events: list) -> tuple[list, list]:
+    """Per kernel and scope of an instrumentation trace (pid "<kernel> Core<SM> CTA<n>",
+    tid the warp, cycles = dur x MHz): its warp events, their cycles (sum, median, p90)
+    and share; and per kernel, how its CTAs spread over the SMs. A launch records each
+    (CTA, warp, scope) once: the most repeats of one are the launches."""
+    by_scope, by_sm, repeats = {}, {}, {}
+    for e in events:
+        cycles = (number(e.get("dur")) or 0.0) * (number(e["args"]["Frequency (MHz)"]) or 0.0)
+        words = str(e.get("pid")).split()
+        sm = next((w[4:] for w in words if w.startswith("Core")), "?")
+        cta = next((w[3:] for w in words if w.startswith("CTA")), "?")
+        kernel, scope, warp = str(e.get("cat")), str(e.get("name")), str(e.get("tid"))
+        by_scope.setdefault((kernel, scope), []).append(cycles)
+        on_sm = by_sm.setdefault(kernel, {}).setdefault(sm, [{}, 0.0])
+        on_sm[0][warp, scope] = on_sm[0].get((warp, scope), 0) + 1
+        on_sm[1] += cycles
+        repeats[kernel, cta, warp, scope] = repeats.get((kernel, cta, warp, scope), 0) + 1
+    per_kernel, launches = {}, {}
+    for (kernel, _), cycles in by_scope.items():
+        per_kernel[kernel] = per_kernel.get(kernel, 0.0) + sum(cycles)
+    for (kernel, *_), n in repeats.items():
+        launches[kernel] = max(launches.get(kernel, 0), n)
+    rows = []
+    for (kernel, scope), cycles in by_scope.items():
+        if math.isfinite(total := sum(cycles)):  # crafted cycles past a float's range
+            cycles.sort()
+            rows.append(
+                {
+                    "kernel": kernel,
+                    "scope": scope,
+                    "events": len(cycles),
+                    "cycles": total,
+                    "median_cycles": quantile(cycles, 0.5),
+                    "p90_cycles": quantile(cycles, 0.9),
+                    "share": total / per_kernel[kernel] if per_kernel[kernel] else 0.0,
+                }
+            )
+    spread = []
+    for kernel, sms in by_sm.items():
+        counted = {}  # (warp, scope) -> its events on every SM: the most common is in every CTA
+        for pairs, _ in sms.values():
+            for pair, n in pairs.items():
+                counted[pair] = counted.get(pair, 0) + n
+        pair = max(counted, key=counted.get)
+        ctas = sorted(pairs.get(pair, 0) / launches[kernel] for pairs, _ in sms.values())
+        cycles = sorted(t for _, t in sms.values())
+        middle = quantile(cycles, 0.5)
+        spread.append(
+            {
+                "kernel": kernel,
+                "launches": launches[kernel],
+                "sms": len(sms),
+                "ctas_per_sm": [ctas[0], quantile(ctas, 0.5), ctas[-1]],
+                "slowest_sm_vs_median": cycles[-1] / middle if middle else None,
+            }
+        )
+    return sorted(rows, key=lambda row: row["cycles"], reverse=True), spread
+
+
+def scopes_table(summary: dict, top: int) -> list:
+    traced = "events" in summary["proton_scopes"][0]
+    detail = f"{'median':>8} {'p90':>8} {'events':>8}" if traced else f"{'normalized':>12}"
+    lines = [
+        f"{'share':>6} {'cycles':>14} {detail}  kernel: scope (cycles inside the kernel, "
+        "from the instrumentation backend)"
+    ]
+    for s in summary["proton_scopes"][:top]:
+        detail = (
+            f"{s['median_cycles']:8.0f} {s['p90_cycles']:8.0f} {s['events']:>8}"
+            if traced
+            else f"{s['normalized_cycles']:12.0f}"
+        )
+        lines.append(f"{s['share']:6.1%} {s['cycles']:14.0f} {detail}  {s['kernel']}: {s['scope']}")
+    for s in summary.get("proton_sm_spread", []):
+        low, mid, high = s["ctas_per_sm"]
+        slow = s["slowest_sm_vs_median"]
+        lines.append(
+            f"{s['kernel']}: {s['launches']} launches over {s['sms']} SMs, {low:g} to {high:g} "
+            f"CTAs an SM a launch (median {mid:g}); the busiest SM's "
+            + (f"cycles {slow:.2f}x the median SM's" if slow else "cycles unknown")
+        )
+    return lines
+
+
+def tables(summary: dict, top: int) -> list:
+    """The tables of the views present: ranks, timeline, scopes."""
+    views = [
+        ("proton_ranks", ranks_table),
+        ("proton_timeline", timeline_table),
+        ("proton_scopes", scopes_table),
+    ]
+    return [table(summary, top) for key, table in views if summary.get(key)]
+
+
+def folded(capture: Capture, shown: dict) -> str:
+    """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read them
+    (shown: each kernel's readable name); ';' in a name escaped, so that it cannot split a
+    frame."""
+    chains = [capture.chains.frames(chain) for chain, _ in capture.sites]
+    names, lines = short_names({frame[0] for frames in chains for frame in frames}), []
+    for (chain, name), (ms, _) in capture.sites.items():
+        frames = [frame_text(frame, names) for frame in capture.chains.frames(chain)]
+        frames = [printable(f).replace(";", "\\x3b") for f in [*frames, shown[name]]]
+        lines.append(";".join(frames) + f" {round(ms * 1e6)}\n")
+    return "".join(lines)
