@@ -22,9 +22,8 @@ if not torch.cuda.is_available():
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from triton import knobs  # noqa: E402
 
-INTERPRET = knobs.runtime.interpret
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
 BLOCK = 1024
 

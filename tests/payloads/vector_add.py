@@ -5,8 +5,9 @@
 It follows the rules a script keeps for profile.sh to profile it well: the interpreter is
 picked before Triton is imported where no GPU is visible; one checked launch, then --iters
 more; success returns normally; each rank takes the GPU its LOCAL_RANK names; the kernel's
-launch_metadata gives its name and bytes (-k triton); its scopes exist only while Proton's
-instrumentation backend compiles it (make intra).
+launch_metadata gives its name and bytes (-k triton); its scopes are guarded by a constexpr
+false only in the interpreter, and cost nothing unless Proton's instrumentation backend
+compiles the kernel (make intra).
 Exit status: 0 PASS, 1 FAIL, 2 bad arguments.
 """
 
@@ -23,11 +24,11 @@ if not torch.cuda.is_available():
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 import triton.profiler.language as pl  # noqa: E402
-from triton import knobs  # noqa: E402
 
-INTERPRET = knobs.runtime.interpret
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
 BLOCK = 1024
+SCOPES = tl.constexpr(not INTERPRET)  # the interpreter cannot run Proton's scope calls
 
 
 def _launch_metadata(grid, kernel, args):
@@ -36,10 +37,9 @@ def _launch_metadata(grid, kernel, args):
 
 
 @triton.jit(launch_metadata=_launch_metadata)
-def vector_add_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr, SCOPES: tl.constexpr):
+def vector_add_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    # A constexpr guard: outside the instrumentation backend the scopes compile to nothing.
     if SCOPES:
         pl.enter_scope("load")
     x = tl.load(x_ptr + offsets, mask=mask)
@@ -54,9 +54,8 @@ def vector_add_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr, SCOPES: tl.co
 
 def vector_add(x, y):
     z = torch.empty_like(x)
-    scopes = bool(knobs.compilation.instrumentation_mode) and not INTERPRET
     grid = (triton.cdiv(x.numel(), BLOCK),)
-    vector_add_kernel[grid](x, y, z, x.numel(), BLOCK=BLOCK, SCOPES=scopes)
+    vector_add_kernel[grid](x_ptr=x, y_ptr=y, z_ptr=z, n=x.numel(), BLOCK=BLOCK)
     return z
 
 
