@@ -7,7 +7,7 @@ For every point, in rounds that interleave the candidates (the machine is shared
 its speed drifts), it records:
 
 - device_us: the GPU time of one call, by CUDA-graph replay (do_bench_cudagraph), so no
-  host cost leaks in. Replay leaves the input in L2 when it fits (60 MB on an H200), as
+  host cost leaks in. Replay leaves the input in L2 when it fits (60 MiB on an H200), as
   when the layer before has just written it.
 - loop_us: wall time per call over back-to-back calls with one synchronize at the end:
   what a caller sees, host cost included.
@@ -29,26 +29,23 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
-if not torch.cuda.is_available():
-    print("sweep: error: no GPU visible; the benchmark times real kernels", file=sys.stderr)
-    raise SystemExit(2)
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.testing import do_bench_cudagraph  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import report  # noqa: E402
 
+import softmax as sm  # noqa: E402 - first: it picks Triton's interpreter where no GPU is
+
+# isort: split
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.testing import do_bench_cudagraph  # noqa: E402
+
 import long_rows  # noqa: E402
-import softmax as sm  # noqa: E402
 import softmax_op  # noqa: E402
-from parse_hatchet import write_output  # noqa: E402
+from captures import write_output  # noqa: E402
 
 SHAPES = [(4096, c) for c in (256, 512, 1024, 2048, 4096, 8192, 16384)]
 SHAPES += [(65536, 2048), (1024, 65536), (512, 131072), (256, 262144), (64, 1048576)]
@@ -58,11 +55,13 @@ VOCABS = (32000, 50257, 128256, 151936, 256000)
 LOGITS = [(m, v) for v in VOCABS for m in (1, 16, 256, 4096)]
 LOGIT_DTYPES = [torch.bfloat16, torch.float32]
 # The backward against torch's: dtype, rows, cols.
-BACKWARD = [(torch.float32, 4096, 1024), (torch.bfloat16, 4096, 4096),
-            (torch.bfloat16, 4096, 16384), (torch.bfloat16, 1024, 65536)]  # fmt: skip
+BACKWARD = [
+    (torch.float32, 4096, 1024),
+    (torch.bfloat16, 4096, 4096),
+    (torch.bfloat16, 4096, 16384),
+    (torch.bfloat16, 1024, 65536),
+]
 POINTS = report.POINTS
-PATHS = {sm.softmax_kernel: "fused", long_rows.softmax_long_rows_kernel: "tiles",
-         long_rows.softmax_long_rows_lagged_kernel: "lagged tiles"}  # fmt: skip
 ROUNDS = 5
 HOST_ROUNDS = 15
 LOOP_CALLS = 200
@@ -99,7 +98,7 @@ def candidates(x, peers=(), inductor=True):
     dst = torch.empty_like(x)
     grid = (triton.cdiv(x.numel(), 4096),)
     fns = {
-        "softmax.py": lambda: sm.softmax(x),
+        "softmax.py": lambda: ours(x),
         "torch.softmax": lambda: torch.softmax(x, dim=1),
         "torch.compile": lambda: compiled_softmax(x),
         "liger": lambda: LigerSoftmaxFunction.apply(x),
@@ -130,12 +129,25 @@ def compiled_softmax(x):
     return torch.softmax(x, dim=1)
 
 
-def loop_us(fn, calls):
-    torch.cuda.synchronize()
+def ours(x):
+    """softmax.py's softmax for x's rows: the fused kernel, or long_rows.py's."""
+    return (sm.softmax if x.shape[-1] <= sm.MAX_FUSED_COLS else long_rows.softmax)(x)
+
+
+def path(x):
+    """The kernel softmax.py launches for x's rows."""
+    if x.shape[-1] <= sm.MAX_FUSED_COLS:
+        return "fused"
+    plan = long_rows.plan(*x.shape, x.element_size(), long_rows.aligned(x), x.device.index)
+    return "lagged tiles" if plan.lag else "tiles"
+
+
+def loop_us(fn, calls, sync=torch.cuda.synchronize):
+    sync()
     start = time.perf_counter()
     for _ in range(calls):
         fn()
-    torch.cuda.synchronize()
+    sync()
     return (time.perf_counter() - start) / calls * 1e6
 
 
@@ -158,7 +170,7 @@ def spread(seen):
 
 def point(dtype, rows, cols, peers=(), kind="rows"):
     x = torch.randn(rows, cols, device="cuda").to(dtype)
-    err = (sm.softmax(x).float() - torch.softmax(x.float(), dim=1)).abs().max().item()
+    err = (ours(x).float() - torch.softmax(x.float(), dim=1)).abs().max().item()
     # Inductor compiles each shape for seconds: the logits' peers are torch, Liger, QuACK.
     fns, notes = candidates(x, peers, inductor=kind == "rows")
     device = rounds(fns, lambda fn: do_bench_cudagraph(fn, rep=10, return_mode="median") * 1e3)
@@ -168,7 +180,7 @@ def point(dtype, rows, cols, peers=(), kind="rows"):
         "dtype": str(dtype).removeprefix("torch."),
         "rows": rows,
         "cols": cols,
-        "path": PATHS[softmax_op.compile_launch(x)[0]],  # the kernel softmax(x) launches
+        "path": path(x),
         "max_abs_err": err,
         "correct": err <= sm.TOLERANCE[dtype],
         "device_us": median(device),
@@ -203,26 +215,31 @@ def backward_point(dtype, rows, cols):
     }
 
 
-def host_costs():
-    """Loop time per call on a 4 x 64 input, where the GPU waits for the host; with
-    softmax.py's kernel launched as kernel[grid](...) too, Triton's plain launch, and
-    as the compiled[grid](...) softmax() keeps, into a new output each call, which is
-    softmax()'s call less its lookup of the input's key. The host's speed drifts between
-    rounds: its ratios to torch.softmax are taken within each round, then their median
-    kept."""
+def host_candidates():
+    """The calls host_costs times on a 4 x 64 input, where the GPU waits for the host: the
+    peers, softmax.py's softmax(), and its launch alone: kernel[grid](...) into a new
+    output (softmax() less its checks), and the kernel compiled once and launched as
+    compiled[grid](...), the least host cost a Triton launch can have; and the op, the
+    path torch.compile and autograd take."""
     x = torch.randn(4, 64, device="cuda")
     fns, _ = candidates(x)
-    out = torch.empty_like(x)
-    props = torch.cuda.get_device_properties(x.device)
-    block_m, block_n, num_warps = sm.launch_config(4, 64, props.multi_processor_count,
-                                                   props.warp_size)  # fmt: skip
-    args = (out, x, 4, 64, 64, 1, 64, block_m, block_n, False)
-    grid = (triton.cdiv(4, block_m),)
-    fns["kernel[grid]"] = lambda: sm.softmax_kernel[grid](*args, num_warps=num_warps)
-    _, run, _, fixed, _ = softmax_op.compile_launch(x)
-    fns["compiled[grid]"] = lambda: run(torch.empty_like(x), x, *fixed)
-    fns["op"] = lambda: softmax_op.softmax_op(x)  # the path torch.compile and autograd take
-    seen = rounds(fns, lambda fn: loop_us(fn, HOST_CALLS), HOST_ROUNDS)
+    p = sm.plan(4, 64, x.device.index)
+    args = dict(in_ptr=x, n_rows=4, n_cols=64, in_row_stride=64, in_col_stride=1)
+    blocks = dict(BLOCK_M=p.block_m, BLOCK_N=p.block_n, num_warps=p.num_warps)
+    launch = sm.softmax_kernel[p.grid]
+    fns["kernel[grid]"] = lambda: launch(out_ptr=torch.empty_like(x), **args, **blocks)
+    compiled = sm.softmax_kernel.warmup(out_ptr=x, **args, **blocks, grid=p.grid)[p.grid]
+    constexprs = (p.block_m, p.block_n)
+    fns["compiled[grid]"] = lambda: compiled(torch.empty_like(x), *args.values(), *constexprs)
+    fns["op"] = lambda: softmax_op.softmax_op(x)
+    return fns
+
+
+def host_costs(fns, n=HOST_ROUNDS, calls=HOST_CALLS, sync=torch.cuda.synchronize):
+    """Loop time per call of each of fns, in n interleaved rounds. The host's speed drifts
+    between rounds: each one's ratio to torch.softmax is taken within the round, then their
+    median kept."""
+    seen = rounds(fns, lambda fn: loop_us(fn, calls, sync), n)
     torch_us = seen["torch.softmax"]
     ratios = {
         name: statistics.median(a / b for a, b in zip(v, torch_us, strict=True))
@@ -237,15 +254,16 @@ def wall_s(cmd):
     return time.perf_counter() - start
 
 
-def profiling_cost(device_us):
-    """`make run` and `make profile` at the default shape, interleaved, medians of 3;
-    and Proton's mean time of the timed loop's kernel against graph replay's."""
+def profiling_cost(device_us, timed=wall_s, repeats=3):
+    """`make run` and `make profile` at the default shape, interleaved, medians of
+    repeats; and Proton's mean time of the timed loop's kernel (from the latest run's
+    summary) against graph replay's."""
     with tempfile.TemporaryDirectory() as out:
         runs, profiles = [], []
-        for _ in range(3):
-            runs.append(wall_s(["make", "-s", "run"]))
-            profiles.append(wall_s(["make", "-s", "profile", f"OUT={out}"]))
-        summary = json.loads(Path(out, "profile", "summary.json").read_text())
+        for _ in range(repeats):
+            runs.append(timed(["make", "-s", "run"]))
+            profiles.append(timed(["make", "-s", "profile", f"OUT={out}"]))
+        summary = json.loads(Path(out, "profile", "latest", "summary.json").read_text())
     kernel = next(k for k in summary["proton_kernels"] if k["name"].startswith("softmax_kernel"))
     run, profile = statistics.median(runs), statistics.median(profiles)
     return {
@@ -260,11 +278,17 @@ def profiling_cost(device_us):
 
 
 def main():
+    if not torch.cuda.is_available():
+        print("sweep: error: no GPU visible; the benchmark times real kernels", file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--points", default=",".join(POINTS),
-                        help=f"a subset of {','.join(POINTS)}; a subset's JSON is named after "
-                        "it, and only a whole run rewrites the report")  # fmt: skip
+    parser.add_argument(
+        "--points",
+        default=",".join(POINTS),
+        help=f"a subset of {','.join(POINTS)}; a subset's JSON is named after "
+        "it, and only a whole run rewrites the report",
+    )
     parser.add_argument("--quack", action="store_true", help="QuACK as a peer, if importable")
     args = parser.parse_args()
     points = args.points.split(",")
@@ -296,7 +320,8 @@ def main():
         results["backward"] = [backward_point(*b) for b in BACKWARD]
         print(f"sweep: backward {json.dumps(results['backward'])}", flush=True)
     if "host" in points:
-        results["host_us"], results["host_us_spread"], results["host_vs_torch"] = host_costs()
+        costs = host_costs(host_candidates())
+        results["host_us"], results["host_us_spread"], results["host_vs_torch"] = costs
         results["host_rounds"] = HOST_ROUNDS
         print(f"sweep: host us per call {json.dumps(results['host_us'])}", flush=True)
         print(f"sweep: host vs torch.softmax {json.dumps(results['host_vs_torch'])}", flush=True)

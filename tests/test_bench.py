@@ -4,6 +4,7 @@ whose generated part is exactly what bench/report.py makes of them."""
 import json
 import re
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -25,8 +26,13 @@ def test_results_hold_the_promised_keys(path):
     )
     assert set(r["host_us"]) - {"kernel[grid]", "compiled[grid]", "op"} == CANDIDATES
     assert set(r["host_vs_torch"]) == set(r["host_us"]) and r["host_vs_torch"]["torch.softmax"] == 1
-    assert {"run_wall_s", "profile_wall_s", "profile_vs_run", "proton_kernel_us",
-            "device_us"} <= set(r["profiling"])  # fmt: skip
+    assert {
+        "run_wall_s",
+        "profile_wall_s",
+        "profile_vs_run",
+        "proton_kernel_us",
+        "device_us",
+    } <= set(r["profiling"])
     for p in r["points"]:
         assert p["correct"] and p["path"] in PATHS and p.get("set", "rows") in ("rows", "logits")
         expected = CANDIDATES - ({"torch.compile"} if p.get("set") == "logits" else set())
@@ -50,8 +56,16 @@ def logits_point(kind, rows, cols, quack=None, note=None):
     if quack:
         dev["quack"] = quack
     notes = {"quack": note} if note else {}
-    return dict(set=kind, dtype="bfloat16", rows=rows, cols=cols, path="tiles", device_us=dev,
-                loop_us=dict(dev), notes=notes)  # fmt: skip
+    return dict(
+        set=kind,
+        dtype="bfloat16",
+        rows=rows,
+        cols=cols,
+        path="tiles",
+        device_us=dev,
+        loop_us=dict(dev),
+        notes=notes,
+    )
 
 
 def test_logits_points_have_a_table_and_a_plot_of_their_own(tmp_path):
@@ -116,11 +130,15 @@ def test_subset_runs_merge_into_a_whole_run(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "changes, says",
-    [({"triton": "3.7.0"}, "differs from .* in triton"),
-     ({"subset": ["logits", "rows"]}, "not rows, logits, backward, host, profiling, each once"),
-     ({"subset": None}, "is a whole run"), ({"subset": "logits"}, "not a list of names"),
-     ({"points": {"a": 1}}, "is not a sweep's results"), ({"device": 7}, "is not a sweep.s results")],
-)  # fmt: skip
+    [
+        ({"triton": "3.7.0"}, "differs from .* in triton"),
+        ({"subset": ["logits", "rows"]}, "not rows, logits, backward, host, profiling, each once"),
+        ({"subset": None}, "is a whole run"),
+        ({"subset": "logits"}, "not a list of names"),
+        ({"points": {"a": 1}}, "is not a sweep's results"),
+        ({"device": 7}, "is not a sweep.s results"),
+    ],
+)
 def test_parts_of_other_runs_are_refused(tmp_path, capsys, changes, says):
     _, paths = parts(tmp_path, **changes)
     assert report.main(["--merge", *map(str, paths)]) == 2
@@ -136,3 +154,39 @@ def test_a_merge_never_overwrites_its_parts(tmp_path, capsys):
     assert report.main(["--merge", str(paths[0]), str(named)]) == 2
     assert "would overwrite its part" in capsys.readouterr().err
     assert json.loads(named.read_text())["subset"] == ["logits"]
+
+
+# The benchmark's own arithmetic, on CPU: what it times is faked, what it makes of it is not.
+
+
+def test_host_costs_take_each_round_s_ratio_to_torch(monkeypatch):
+    import sweep
+
+    # The host slows down in round 2: the ratio within each round is what stays.
+    times = {"torch.softmax": iter([10.0, 20.0, 10.0]), "softmax.py": iter([21.0, 40.0, 19.0])}
+    monkeypatch.setattr(sweep, "loop_us", lambda fn, calls, sync: fn())
+    fns = {name: (lambda it=it: next(it)) for name, it in times.items()}
+    median, spread, ratios = sweep.host_costs(fns, n=3, calls=1, sync=lambda: None)
+    assert median == {"torch.softmax": 10.0, "softmax.py": 21.0}
+    assert spread["softmax.py"] == [19.0, 40.0]
+    assert ratios == {"torch.softmax": 1.0, "softmax.py": 2.0}  # not 21 / 10
+
+
+def test_profiling_cost_reads_the_latest_run_s_summary(tmp_path):
+    import sweep
+
+    def timed(command):  # make run: 2 s; make profile: 2.5 s, its run in OUT/profile/latest
+        out = next((word[4:] for word in command if word.startswith("OUT=")), None)
+        if out:
+            run = Path(out, "profile", "20261205T000000Z-1")
+            run.mkdir(parents=True, exist_ok=True)
+            kernels = [{"name": "softmax_kernel [4096x1024 float32]", "mean_us": 6.5}]
+            (run / "summary.json").write_text(json.dumps({"proton_kernels": kernels}))
+            latest = Path(out, "profile", "latest")
+            latest.unlink(missing_ok=True)
+            latest.symlink_to(run.name)
+        return 2.5 if out else 2.0
+
+    cost = sweep.profiling_cost(6.0, timed=timed, repeats=3)
+    assert cost["profile_vs_run"] == 1.25 and cost["proton_kernel_us"] == 6.5
+    assert cost["device_us"] == 6.0 and cost["run_wall_s_spread"] == [2.0, 2.0]
