@@ -1,30 +1,41 @@
-"""The tooling stands apart from the example: it names no example script beyond SCRIPT's
-default, and no tooling test imports or runs one, so that a copy made for another
-kernel can delete softmax.py and its files without breaking anything else."""
+"""The repository's layout: the tooling stands apart from the example (it names no example
+script beyond SCRIPT's default, and no tooling test imports or runs one, so that a copy
+made for another kernel can delete the example's files, listed in .ci/example); imports
+point one way; nothing rewrites sys.modules."""
 
+import ast
 import re
 
 from conftest import ROOT
 
-TOOLING = ["Makefile", "profile.sh", "recipe.py", "recipe.yaml", "proton_launch.py",
-           "parse_hatchet.py", "Dockerfile", ".ci/run"]  # fmt: skip
+TOOLING = [
+    "Makefile",
+    "profile.sh",
+    "recipe.py",
+    "recipe.yaml",
+    "proton_launch.py",
+    "parse_hatchet.py",
+    "captures.py",
+    "views.py",
+    "compare.py",
+    "Dockerfile",
+]
 EXAMPLE = re.compile(r"\bsoftmax\.py\b|\blong_rows\b|^\s*(import|from)\s+softmax\b", re.M)
+LISTED = (ROOT / ".ci" / "example").read_text().split()
 
 
 def test_the_tooling_names_no_example():
     for name in TOOLING:
         text = (ROOT / name).read_text()
-        if name == "Makefile":  # SCRIPT's default runs the example
-            text = text.replace("SCRIPT ?= softmax.py\n", "")
-        if name == ".ci/run":  # it deletes and edits the example, to check the split
-            continue
+        if name == "Makefile":  # SCRIPT's default runs the example, named once
+            text = text.replace("EXAMPLE := softmax.py\n", "", 1)
         assert not EXAMPLE.search(text), f"{name} names the example"
 
 
 def test_the_tooling_tests_neither_import_nor_run_the_example():
-    example = {"test_softmax", "test_long_rows", "test_bench", "test_tooling"}
+    example = {path for path in LISTED if path.startswith("tests/")} | {"tests/test_tooling.py"}
     for path in (ROOT / "tests").rglob("*.py"):
-        if path.stem in example or path.stem.startswith(("test_softmax", "softmax_")):
+        if str(path.relative_to(ROOT)) in example:
             continue
         text = path.read_text()
         assert not re.search(r"^\s*(import|from)\s+(softmax|long_rows)\b", text, re.M), path
@@ -32,3 +43,44 @@ def test_the_tooling_tests_neither_import_nor_run_the_example():
         assert not re.search(r"""["'](\./)?(softmax|long_rows)\.py["']|SCRIPT=softmax""", text), (
             path
         )
+
+
+def test_the_example_list_is_what_the_readme_quotes_and_every_file_in_it_exists():
+    readme = (ROOT / "README.md").read_text()
+    quoted = re.search(r"<!-- example files: \.ci/example -->\n```\n(.*?)```", readme, re.S)
+    assert quoted and quoted[1].split() == LISTED
+    assert all((ROOT / path).exists() for path in LISTED)
+
+
+def imports(path):
+    """The repository's modules path imports, at its top or inside functions alike."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_imports_point_one_way():
+    modules = {path.stem: path for path in ROOT.glob("*.py")}
+    graph = {name: imports(path) & set(modules) - {name} for name, path in modules.items()}
+
+    def cycle(name, seen):
+        return name in seen or any(cycle(other, seen | {name}) for other in graph[name])
+
+    assert not [name for name in graph if cycle(name, frozenset())], graph
+
+
+def test_nothing_writes_to_sys_modules():
+    for path in [*ROOT.glob("*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("bench/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = (
+                node.func.value
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                else None
+            )
+            targets = getattr(node, "targets", []) + [target]
+            written = [t for t in targets if isinstance(t, ast.Subscript | ast.Attribute)]
+            assert not any("sys.modules" in ast.unparse(t) for t in written), path
