@@ -16,7 +16,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
@@ -27,6 +26,7 @@ CAPTURE = re.compile(r"(.+?)(\.part_\d+)?\.(hatchet|hatchet_msgpack|chrome_trace
 TRIAL = re.compile(r"trial([1-9][0-9]{0,8})")
 MAX_GUNZIPPED = 2**32  # a gzipped capture may not unpack past 4 GiB
 DEEP = 10**6  # frames of the pure-Python decoder, for trees too deep for the C ones
+INF = math.inf
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 # Where a frame is not the user's: Python's own, and Triton's (Proton's) and torch's, by
 # where they are installed on any machine and on this one.
@@ -39,6 +39,7 @@ PACKAGES = tuple(
     for root in (spec and spec.submodule_search_locations or [])
 )
 CAPTURED_AT, AUTOTUNING = "<captured_at>", "<autotuning>"  # links of chains, not frames
+CAPTURED, AUTOTUNED = (CAPTURED_AT, 0, ""), (AUTOTUNING, 0, "")  # as frames, one object each
 # The metrics Proton's launch hook records from a kernel's launch_metadata: rates.
 ROOFLINE = ("bytes", "flops", "flops8", "flops16", "flops32", "flops64")
 # Transfers per memory clock as each vendor reports its clock: NVIDIA HBM's at half the
@@ -55,11 +56,15 @@ class Refused(Exception):
 def number(value: object) -> float | None:
     """A finite number >= 0, read as aorta reads a metric (a numeric string through
     float()), else None: an integer past a float's range is none."""
-    try:
-        value = float(value) if type(value) in (int, str) else value
-    except (ValueError, OverflowError):
-        return None
-    return value if type(value) is float and 0 <= value < math.inf else None
+    kind_ = type(value)
+    if kind_ is not float:
+        if kind_ is not int and kind_ is not str:
+            return None
+        try:
+            value = float(value)
+        except (ValueError, OverflowError):
+            return None
+    return value if 0 <= value < INF else None
 
 
 def printable(text: str) -> str:
@@ -287,7 +292,7 @@ def layout(keys: tuple) -> tuple[list, list, list]:
 
 def first_ms(metrics: dict, times: list) -> float | None:
     for key, factor in times:
-        if (value := number(metrics[key])) is not None and value * factor < math.inf:
+        if (value := number(metrics[key])) is not None and value * factor < INF:
             return value * factor
     return None
 
@@ -343,11 +348,14 @@ def walk_tree(roots: list, capture: Capture) -> None:
     while stack:
         children, chain, kernel, cpu = stack[-1]
         for node in children:
-            node = node if type(node) is dict else {}
+            if type(node) is not dict:
+                continue
             frame, metrics = node.get("frame"), node.get("metrics")
             name = frame.get("name", "") if type(frame) is dict else ""
-            name = name if type(name) is str else str(name)
-            metrics = metrics if type(metrics) is dict else {}
+            if type(name) is not str:
+                name = str(name)
+            if type(metrics) is not dict:
+                metrics = {}
             if kernel is not None and "cycles" in metrics:
                 sums = capture.scopes.setdefault((kernel, name), [0.0, 0.0])
                 sums[0] += number(metrics["cycles"]) or 0.0
@@ -435,7 +443,7 @@ def frame_of(name: str) -> tuple | bool | None:
     if (file.endswith("triton/runtime/autotuner.py") and func == "_bench") or (
         file.endswith("triton/testing.py") and func.startswith("do_bench")
     ):
-        return AUTOTUNING, 0, ""
+        return AUTOTUNED
     if LIBRARY.search(file) or file.startswith(PACKAGES) or func.startswith("__proton"):
         return False
     return False if file.endswith("/proton_launch.py") else (file, int(line), func)
@@ -454,16 +462,32 @@ class Chains:
         """The chain with the node named name below it, and whether that is a frame; a
         <captured_at> node is a link of its own: above it, where a CUDA graph was replayed,
         below it, where it was captured (Proton 3.8+)."""
-        frame = frame_of(name) if name != CAPTURED_AT else (CAPTURED_AT, 0, "")
-        self.python |= frame is not None
+        frame = frame_of(name) if name != CAPTURED_AT else CAPTURED
         if not frame:
-            return chain, frame is not None
-        parent, last, repeats = self.links[chain]
-        key = (parent, frame, repeats + 1) if last == frame else (chain, frame, 1)
+            self.python |= frame is False
+            return chain, frame is False
+        self.python = True
+        parent, last, repeats = self.links[chain]  # frame_of gives one object for a name
+        key = (parent, frame, repeats + 1) if last is frame else (chain, frame, 1)
         if (found := self.ids.get(key)) is None:
             found = self.ids[key] = len(self.links)
             self.links.append(key)
         return found, True
+
+    def texts(self, chains: list, names: dict) -> dict:
+        """Each of chains as "file:line function > ...", outermost first (frame_text); a
+        chain's text is its parent's and its last link's, each worked out once."""
+        shown = {0: ""}
+        for chain in chains:
+            path = []
+            while chain not in shown:
+                path.append(chain)
+                chain = self.links[chain][0]
+            for link in reversed(path):
+                parent, frame, repeats = self.links[link]
+                text = frame_text([*frame, repeats], names)
+                shown[link] = f"{shown[parent]} > {text}" if parent else text
+        return shown
 
     def frames(self, chain: int) -> list:
         """[file, line, function, repeats] of each link, outermost first."""
@@ -654,6 +678,8 @@ def write_output(path: str | Path, data: bytes | str, inputs: set = frozenset())
         with open(path, "wb") as f:
             f.write(data)
         return
+    import tempfile  # here: most runs write no file
+
     target = Path(os.path.realpath(path))  # a short temporary name: the target's may be long
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:32]}.")
     try:

@@ -13,6 +13,7 @@ import statistics
 
 SAME_WITHOUT_NOISE = 0.02  # unknown noise: changes within 2% are the same
 SHAPE = re.compile(r"(.*?)( \[[^\[\]]*\])?")  # launch_metadata's " [shape dtype]" suffix
+LINE = re.compile(r":(\d+)(?= )")  # a frame's line in a call site, "file:line function"
 
 
 def per_trial(summaries: list, rows: str, key: callable) -> dict:
@@ -108,12 +109,12 @@ def kernel_order(row: dict) -> str:
     return row["name"]  # of one kernel's shapes, the same shape first, then in order
 
 
-def site_key(row: dict) -> tuple:
-    return tuple((f, func, n) for f, _, func, n in row["frames"])  # file and function chain
+def site_key(row: dict) -> str:
+    return LINE.sub(":", row["callsite"])  # its files and functions, lines apart
 
 
 def site_order(row: dict) -> tuple:
-    return tuple(line for _, line, _, _ in row["frames"])  # the same lines first, then in order
+    return tuple(map(int, LINE.findall(row["callsite"])))  # the same lines first, then in order
 
 
 def matched(base: list, now: list, rows: str, key: callable, order: callable) -> list:
@@ -142,11 +143,10 @@ def shown_name(before: str | None, after: str | None) -> str:
 
 def moved(old: dict, new: dict) -> str:
     """A call site as now shown, each line an edit moved shown as old->new."""
-    text = new["callsite"]
-    for (_, a, func, _), (_, b, _, _) in zip(old["frames"], new["frames"], strict=True):
-        if a != b:
-            text = text.replace(f":{b} {func}", f":{a}->{b} {func}", 1)
-    return text
+    was = iter(LINE.findall(old["callsite"]))
+    return LINE.sub(
+        lambda m: f":{a}->{m[1]}" if (a := next(was)) != m[1] else m[0], new["callsite"]
+    )
 
 
 def table(summary: dict, top: int) -> list:

@@ -65,13 +65,11 @@ def five_keys(kernels: dict) -> dict:
 # --- Call sites: chains of the user's frames --------------------------------------------
 
 
-def callsite(frames: list, names: dict) -> str:
-    """Frames as "file:line function > ...", each file by its short name; a CUDA graph's
-    kernels where it was captured and where replayed; autotuning marked as such."""
-    text = " > ".join(captures.frame_text(frame, names) for frame in frames)
-    replayed, at, captured = text.replace(f" > {AUTOTUNING}", " [autotuning]").rpartition(
-        f" > {CAPTURED_AT} > "
-    )
+def callsite(text: str) -> str:
+    """A chain's text as a call site: a CUDA graph's kernels where it was captured and
+    where it was replayed; autotuning marked as such."""
+    text = text.replace(f" > {AUTOTUNING}", " [autotuning]")
+    replayed, at, captured = text.rpartition(f" > {CAPTURED_AT} > ")
     return f"{captured} [a CUDA graph captured here, replayed at {replayed}]" if at else captured
 
 
@@ -140,7 +138,7 @@ def readable(names: list) -> dict:
                 if depth == 0:
                     text = text[:i].removeprefix("void ")
                     break
-        short = elided(text, 2)
+        short = elided(text, 2) if "<" in text else text
         out[name] = short if len(short) <= 100 else elided(text, 1)
     return out
 
@@ -223,17 +221,17 @@ def callsites(capture: Capture) -> dict:
         if chain:  # kernels with no frame of the user's above them (shadow context)
             row = {"name": name, "launches": launches, "ms": ms}
             kernels.setdefault(chain, []).append(row)
-    frames = {chain: capture.chains.frames(chain) for chain in kernels}
-    names = captures.short_names({frame[0] for chain in frames.values() for frame in chain})
-    sites = {}
+    links = capture.chains.links
+    names = captures.short_names({frame[0] for _, frame, _ in links[1:]})
+    texts, sites = capture.chains.texts(list(kernels), names), {}
     for chain, rows in kernels.items():
-        file, line = frames[chain][-1][:2]
+        file, line, _ = links[chain][1]
         text = (real := source(file)) and linecache.getline(real, line).strip()[:200]
         sites[chain] = {
-            "callsite": callsite(frames[chain], names),
+            "callsite": callsite(texts[chain]),
             "source": printable(text) if text else None,
         }
-        sites[chain].update(ms=sum(k["ms"] for k in rows), kernels=rows, frames=frames[chain])
+        sites[chain].update(ms=sum(k["ms"] for k in rows), kernels=rows)
     return sites
 
 
