@@ -4,7 +4,7 @@ trees of two shapes, and traces of a training loop's shape on one stream and on 
 
     python bench/parse_speed.py        (or: make bench-parse; no GPU needed)
 
-Prints a line a shape, writes the lines to bench/results/parse-speed.txt and rewrites
+Prints a line for each shape, writes the lines to bench/parse-speed.txt and rewrites
 the table in docs/summary.md from them: the two never disagree.
 """
 
@@ -173,10 +173,10 @@ def paired(a, b, repeats=9):
     )
 
 
-RESULTS = HERE / "results" / "parse-speed.txt"
+RESULTS = HERE / "parse-speed.txt"
 DOC = HERE.parent / "docs" / "summary.md"
 # The table's place in the document: between these two lines.
-BEGIN, END = "<!-- parse-speed table: bench/results/parse-speed.txt -->\n", "<!-- end -->\n"
+BEGIN, END = "<!-- parse-speed table: bench/parse-speed.txt -->\n", "<!-- end -->\n"
 
 
 def markdown_table(results):

@@ -45,11 +45,12 @@ def test_the_tooling_tests_neither_import_nor_run_the_example():
         )
 
 
-def test_the_example_list_is_what_the_readme_quotes_and_every_file_in_it_exists():
+def test_the_example_list_is_what_the_readme_quotes_and_all_of_it_or_none_is_here():
     readme = (ROOT / "README.md").read_text()
     quoted = re.search(r"<!-- example files: \.ci/example -->\n```\n(.*?)```", readme, re.S)
     assert quoted and quoted[1].split() == LISTED
-    assert all((ROOT / path).exists() for path in LISTED)
+    here = [path for path in LISTED if (ROOT / path).exists()]
+    assert here in (LISTED, [])  # the example, or a copy that deleted it
 
 
 def imports(path):
