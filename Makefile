@@ -168,7 +168,8 @@ clean: ## remove VENV, caches and OUT; refuses (exit 2) anything else
 DOCKER_RUN = docker run --rm $(if $(filter nvidia,$(GPU)),--gpus all --ipc=host,--device=/dev/kfd \
   --device=/dev/dri --group-add video --ipc=host --security-opt seccomp=unconfined) \
   -v $(call q,$(HERE)):/work -w /work $(call q,$(IMAGE))
-MAKE_VARS = SCRIPT=$(call q,$(SCRIPT)) ARGS=$(call q,$(ARGS)) NPROC=$(call q,$(NPROC))
+MAKE_VARS = SCRIPT=$(call q,$(SCRIPT)) ARGS=$(call q,$(ARGS)) NPROC=$(call q,$(NPROC)) \
+  HOOK=$(call q,$(HOOK)) TRIALS=$(call q,$(TRIALS))
 
 docker-build: ## build IMAGE from BASE_IMAGE (GPU=nvidia for the CUDA image)
 	docker build --build-arg BASE_IMAGE=$(call q,$(BASE_IMAGE)) -t $(call q,$(IMAGE)) $(call q,$(HERE))
@@ -176,11 +177,13 @@ docker-build: ## build IMAGE from BASE_IMAGE (GPU=nvidia for the CUDA image)
 docker-run: ## make run in the container (SCRIPT, ARGS)
 	$(DOCKER_RUN) make run $(MAKE_VARS)
 
+# OUT, inside this checkout, is passed on as the container sees it: relative to /work.
 docker-profile: ## make profile in the container; results in OUT, owned by you
 	@real=$$(realpath -m -- $(call q,$(OUT))); [[ $$real == $(call q,$(HERE))/?* ]] || \
 	  { echo "make docker-profile: OUT must lie inside $(HERE), the folder the container sees" >&2; exit 2; }
+	out=$$(realpath -m --relative-to=$(call q,$(HERE)) -- $(call q,$(OUT))); \
 	$(DOCKER_RUN) sh -c 'owner=$$0 out=$$1; shift; make profile "$$@"; s=$$?; chown -R "$$owner" -- "$$out"; exit $$s' \
-	  "$$(id -u):$$(id -g)" $(call q,$(OUT)) OUT=$(call q,$(OUT)) RECIPE=$(call q,$(RECIPE)) $(MAKE_VARS)
+	  "$$(id -u):$$(id -g)" "$$out" OUT="$$out" RECIPE=$(call q,$(RECIPE)) $(MAKE_VARS)
 
 docker-test: ## make test in the container (GPU tests included)
 	$(DOCKER_RUN) make test

@@ -40,10 +40,10 @@ import triton.language as tl
 # each 16-bit element: their tiles are 8192 columns in every dtype. Swept on the H200.
 TILE_BYTES = 32768
 TILE_PER_THREAD = 64
-# Held, aligned 16-bit tiles compiled for 48 registers a thread (Triton's maxnreg, NVIDIA
+# Held, aligned 16-bit tiles compiled for 48 registers per thread (Triton's maxnreg, NVIDIA
 # only): 5 programs of 8 warps fit an SM instead of 4, so more loads are in flight.
 HALF_TILE_REGS = 48
-# Lagged tiles: a program writes the tile a row plus LAG_PER_SM tickets for each SM below
+# Lagged tiles: a program writes the tile a row plus LAG_PER_SM tickets per SM below
 # its own: late enough for that row to be reduced, soon enough to read it again from L2.
 LAG_PER_SM = 2
 MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
@@ -92,7 +92,7 @@ def softmax_long_rows_kernel(
 ):
     # Ticket k is tile k % n_tiles of row k // n_tiles. As tickets come in start order,
     # only the newest row can have tiles not started, and at most n_tiles - 1 programs
-    # wait at once: a GPU that holds n_tiles programs (plan: one an SM) always has room
+    # wait at once: a GPU that holds n_tiles programs (plan: one per SM) always has room
     # for the next, and every row completes. That assumes no other kernel fills the SMs
     # meanwhile (another stream, MPS). The tile's start joins the row's scalar address.
     ticket = tl.atomic_add(counter_ptr, 1)
@@ -135,7 +135,7 @@ def softmax_long_rows_kernel(
     if ALIGNED:
         # exp(x - M) * (1 / S), converting the tile again. tl.exp here, not exp2: with it,
         # Triton 3.6's ptxas converts and writes a few elements at a time; with exp2, it
-        # converts the whole tile first, in 16 more registers a thread (3.8's: 64 either way).
+        # converts the whole tile first, in 16 more registers per thread (3.8's: 64 either way).
         y = tl.exp(_unseen(x, ALIGNED).to(tl.float32) - row_max) * (1.0 / row_sum)
     else:
         # Loaded an element a register, the tile takes as many registers as its float32
@@ -267,7 +267,7 @@ def usable_sms(n_sms: int, env: dict = os.environ) -> int:
 def plan(n_rows: int, n_cols: int, itemsize: int, aligned_rows: bool, device: int | None) -> Plan:
     """The Plan for rows of n_cols itemsize-byte elements, aligned() or not, on a GPU
     (device: its index) or in the interpreter (device: None). Rows are held where the SMs
-    this process may use hold every tile of a row at once (one program an SM always
+    this process may use hold every tile of a row at once (one program per SM always
     fits); the interpreter runs one program at a time, so it never holds. That assumes no
     other kernel fills the SMs meanwhile: held launches on several streams at once can
     wait on each other's programs."""

@@ -50,7 +50,7 @@ def say(message: str) -> None:
 
 
 def five_keys(kernels: dict) -> dict:
-    """aorta's keys but the folder, from each kernel's summed ms and launches (None for an
+    """aorta's keys except the folder, from each kernel's summed ms and launches (None for an
     unreadable count, which leaves the count out); ties keep the order first seen."""
     ranked = sorted(kernels.items(), key=lambda item: item[1].ms, reverse=True)  # stable
     keys = {}
@@ -239,7 +239,7 @@ def callsites(capture: Capture) -> dict:
 
 
 def to_json(summary: dict) -> bytes:
-    """The summary as JSON, a key a line (indenting every level would cost a large
+    """The summary as JSON, one key per line (indenting every level would cost a large
     capture's output more than encoding it)."""
     try:
         values = [msgspec.json.encode(value) for value in summary.values()]

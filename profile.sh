@@ -65,7 +65,7 @@ fi
 
 options=$(PYTHONSAFEPATH=1 "$py" "$here/recipe.py" "$recipe" --data "$data" --backend "$backend" \
   --context "$context" --hook "$hook") || exit 2  # recipe.py said why
-mapfile -t o <<<"$options"  # recipe.py's FIELDS, a line each
+mapfile -t o <<<"$options"  # recipe.py's FIELDS, one per line
 mode=${o[0]} backend=${o[1]} context=${o[2]} data=${o[3]} hook=${o[4]} proton_mode=${o[5]}
 trials=${trials:-${o[6]}}
 kind=profile ext=hatchet

@@ -2,7 +2,7 @@
 
     PYTHONSAFEPATH=1 python recipe.py RECIPE [--data D] [--backend B] [--context C] [--hook H]
 
-Prints what profile.sh needs, one value a line in the order of FIELDS (an unset one as an
+Prints what profile.sh needs, one value per line in the order of FIELDS (an unset one as an
 empty line): the recipe's options, each flag given overriding its key for one run and
 checked the same way, Proton's --mode as aorta renders it, and the recipe's trials.
 profile.sh runs this with the workload's own interpreter, by its path and with

@@ -42,8 +42,8 @@ TOLERANCE = {torch.float32: 1e-6, torch.float16: 2**-11, torch.bfloat16: 2**-8}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 # Rows of up to MAX_FUSED_COLS columns are held whole by one program. Short rows are
-# grouped so that a program holds at least TILE_ELEMS elements, 16 for each thread: swept
-# on the H200, fewer leave too few loads in flight, more add warps or registers that wait.
+# grouped so that a program holds up to TILE_ELEMS elements, 16 for each thread: swept on
+# the H200, fewer leave too few loads in flight, more add warps or registers that wait.
 MAX_FUSED_COLS = 16384
 TILE_ELEMS = 1024
 ELEMS_PER_THREAD = 16
@@ -108,7 +108,7 @@ def softmax_kernel(
 
 
 class Plan(NamedTuple):
-    """How rows of one shape launch: BLOCK_M rows of BLOCK_N columns a program."""
+    """How rows of one shape launch: BLOCK_M rows of BLOCK_N columns per program."""
 
     block_m: int
     block_n: int
@@ -148,8 +148,9 @@ def check(x: torch.Tensor, max_cols: int = MAX_FUSED_COLS) -> None:
             f"softmax: rows of {x.shape[-1]} columns are longer than one program holds "
             f"({max_cols}): long_rows.py takes them"
         )
+    # A program's first row, program_id * BLOCK_M, and the BLOCK_M after it are 32-bit.
     if x.numel() // max(1, x.shape[-1]) > 2**31 - 2**16:
-        raise ValueError(f"softmax: {tuple(x.shape)} is too large for 32-bit indices")
+        raise ValueError(f"softmax: {tuple(x.shape)} has too many rows for 32-bit indices")
 
 
 def as_rows(x: torch.Tensor) -> torch.Tensor:

@@ -46,7 +46,8 @@ def softmax_op(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if out.numel():
         kernels = fused if x.shape[-1] <= fused.MAX_FUSED_COLS else long_rows
-        kernels.launch(fused.as_rows(x), out, wrap_triton)
+        with fused.launching(x):
+            kernels.launch(fused.as_rows(x), out, wrap_triton)
     return out
 
 
@@ -88,20 +89,21 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
         y_rows, dy_rows = fused.as_rows(y), fused.as_rows(dy)
         n_rows, n_cols = map(int, y_rows.shape)
         p = fused.plan(n_rows, n_cols, y.device.index)
-        wrap_triton(softmax_backward_kernel)[p.grid](
-            dx_ptr=dx,
-            y_ptr=y_rows,
-            dy_ptr=dy_rows,
-            n_rows=n_rows,
-            n_cols=n_cols,
-            y_row_stride=y_rows.stride(0),
-            y_col_stride=y_rows.stride(1),
-            dy_row_stride=dy_rows.stride(0),
-            dy_col_stride=dy_rows.stride(1),
-            BLOCK_M=p.block_m,
-            BLOCK_N=p.block_n,
-            num_warps=p.num_warps,
-        )
+        with fused.launching(y):
+            wrap_triton(softmax_backward_kernel)[p.grid](
+                dx_ptr=dx,
+                y_ptr=y_rows,
+                dy_ptr=dy_rows,
+                n_rows=n_rows,
+                n_cols=n_cols,
+                y_row_stride=y_rows.stride(0),
+                y_col_stride=y_rows.stride(1),
+                dy_row_stride=dy_rows.stride(0),
+                dy_col_stride=dy_rows.stride(1),
+                BLOCK_M=p.block_m,
+                BLOCK_N=p.block_n,
+                num_warps=p.num_warps,
+            )
     return dx
 
 

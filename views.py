@@ -345,7 +345,7 @@ def scopes_table(summary: dict, top: int) -> list:
         slow = s["slowest_sm_vs_median"]
         lines.append(
             f"{s['kernel']}: {s['launches']} launches over {s['sms']} SMs, {low:g} to {high:g} "
-            f"CTAs an SM a launch (median {mid:g}); the busiest SM's "
+            f"CTAs per SM per launch (median {mid:g}); the busiest SM's "
             + (f"cycles {slow:.2f}x the median SM's" if slow else "cycles unknown")
         )
     return lines

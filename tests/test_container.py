@@ -1,6 +1,7 @@
 """The container path, checked without Docker: the Dockerfile's contract and the
 docker commands make would run for each GPU kind."""
 
+import os
 import re
 import shlex
 
@@ -65,12 +66,27 @@ def test_docker_build_picks_the_base_image():
     assert custom[3] == "BASE_IMAGE=rocm/pytorch@sha256:abc" and custom[5] == "me/x:1"
 
 
-def test_docker_profile_hands_results_back_and_quotes_every_value():
-    words = make_n("docker-profile", "OUT=my res", "ARGS=--n '4; touch /tmp/x'")
-    script, owner, out, *args = words[words.index("-c") + 1 :]
+def test_docker_profile_hands_results_back_and_quotes_every_value(tmp_path):
+    # A docker that writes down the words it was given, one per NUL.
+    (tmp_path / "docker").write_text('#!/bin/sh\nprintf "%s\\0" "$@" > "$WORDS"\n')
+    (tmp_path / "docker").chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "WORDS": str(tmp_path / "words")}
+    out = ROOT / "my res"  # inside the checkout, given by its full path
+    p = run(
+        "make",
+        "-s",
+        "docker-profile",
+        f"OUT={out}",
+        "ARGS=--n '4; touch /tmp/x'",
+        "TRIALS=3",
+        env=env,
+    )
+    assert p.returncode == 0, p.stderr
+    words = (tmp_path / "words").read_text().split("\0")[:-1]
+    script, owner, given, *args = words[words.index("-c") + 1 :]
     assert "make profile" in script and 'chown -R "$owner" -- "$out"' in script
-    assert owner == "$(id -u):$(id -g)" and out == "my res"
-    assert "OUT=my res" in args and "ARGS=--n '4; touch /tmp/x'" in args
+    assert owner == f"{os.getuid()}:{os.getgid()}" and given == "my res"  # as the container sees it
+    assert "OUT=my res" in args and "ARGS=--n '4; touch /tmp/x'" in args and "TRIALS=3" in args
 
 
 @pytest.mark.parametrize("out", ["/", "..", "/tmp/elsewhere"])

@@ -99,7 +99,7 @@ def test_a_negated_view_is_read_as_the_values_it_shows():
 
 def test_empty_and_bad_inputs():
     assert sm.softmax(randn(0, 5)).shape == (0, 5)
-    with pytest.raises(ValueError, match="too large for 32-bit indices"):
+    with pytest.raises(ValueError, match="has too many rows for 32-bit indices"):
         sm.softmax(torch.zeros(1, 1, device=sm.DEVICE).expand(2**31 - 2**16 + 1, 5))
     with pytest.raises(ValueError, match="longer than one program holds .*long_rows.py"):
         sm.softmax(torch.zeros(1, 1, device=sm.DEVICE).expand(3, sm.MAX_FUSED_COLS + 1))
