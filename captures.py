@@ -532,19 +532,19 @@ def devices(records: list) -> dict:
         for type_, by_id in record.items() if isinstance(record, dict) else ():
             for id_, info in by_id.items() if isinstance(by_id, dict) else ():
                 info = info if isinstance(info, dict) else {}
-                mhz = [number(info.get(key)) for key in ("clock_rate", "memory_clock_rate")]
+                khz = [number(info.get(key)) for key in ("clock_rate", "memory_clock_rate")]
                 sms, bits = (info.get(k) for k in ("num_sms", "bus_width"))
                 out[str(type_), str(id_)] = {
                     "type": printable(str(type_)),
                     "id": printable(str(id_)),
                     "arch": printable(str(info["arch"])) if "arch" in info else None,
                     "sm_count": sms if type(sms) is int and 0 < sms < 2**20 else None,
-                    "clock_mhz": mhz[0] and mhz[0] / 1e3,
-                    "memory_clock_mhz": mhz[1] and mhz[1] / 1e3,
+                    "clock_mhz": khz[0] and khz[0] / 1e3,
+                    "memory_clock_mhz": khz[1] and khz[1] / 1e3,
                     "memory_bus_bits": bits if type(bits) is int and 0 < bits < 2**20 else None,
                 }
                 bits = out[str(type_), str(id_)]["memory_bus_bits"] or 0
-                peak = DATA_RATE.get(type_, 0) * (mhz[1] or 0) * 1e3 * bits / 8 / 1e9
+                peak = DATA_RATE.get(type_, 0) * (khz[1] or 0) * 1e3 * bits / 8 / 1e9
                 out[str(type_), str(id_)]["peak_gbyte_per_s"] = peak or None
     return out
 

@@ -91,7 +91,7 @@ def global_rank(environ: dict = os.environ, pid: int | None = None) -> int:
     for var in order:
         if var in environ:
             return whole(environ, var)
-    fail(f"--ranked, but none of {', '.join(order)} is set")
+    fail(f"--ranked, but none of {', '.join(dict.fromkeys(order))} is set")
 
 
 def whole(environ: dict, var: str) -> int:
