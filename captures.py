@@ -9,6 +9,7 @@ its provenance.json. Everything here is untrusted input: read with bounds, refus
 named in one line, never a traceback.
 """
 
+import contextlib
 import functools
 import json
 import math
@@ -40,6 +41,9 @@ PACKAGES = tuple(
 )
 CAPTURED_AT, AUTOTUNING = "<captured_at>", "<autotuning>"  # links of chains, not frames
 CAPTURED, AUTOTUNED = (CAPTURED_AT, 0, ""), (AUTOTUNING, 0, "")  # as frames, one object each
+# A call site shows its innermost frames: Python's stacks stop near 1,000, and a crafted
+# capture's deeper chains, with a kernel at each depth, would cost the depth squared.
+MAX_FRAMES = 200
 # The metrics Proton's launch hook records from a kernel's launch_metadata: rates.
 ROOFLINE = ("bytes", "flops", "flops8", "flops16", "flops32", "flops64")
 # Transfers per memory clock as each vendor reports its clock: NVIDIA HBM's at half the
@@ -92,7 +96,7 @@ class Found:
     skipped: list = field(default_factory=list)
     provenance: list = field(default_factory=list)
     trials: list = field(default_factory=list)
-    seen: dict = field(default_factory=dict)  # (device, inode) -> the first path to it
+    seen: dict = field(default_factory=dict)  # (device, inode) -> first path: all inputs
 
 
 def find(paths: list[str]) -> Found:
@@ -102,7 +106,7 @@ def find(paths: list[str]) -> Found:
             raise Refused("an empty path names nothing")
         path = Path(given)
         if path.is_dir():
-            search(found, path, top=len(paths) == 1)
+            search(found, path, top=True)
         elif add(found, path, named=True):
             found.provenance.append(path.parent / "provenance.json")
     names = set(map(str, found.files))
@@ -111,7 +115,11 @@ def find(paths: list[str]) -> Found:
         copy = {"why": "a gzip copy of a capture read", "same_as": str(path)[:-3]}
         found.skipped.append({"file": str(path), **copy})
     if found.trials and len(found.files) != sum(map(len, found.trials)):
-        raise Refused(f"{paths[0][:200]}: captures beside its trial<K> folders")
+        raise Refused("a run of trials (trial<K> folders) is read alone, with no other captures")
+    for path in found.provenance:  # inputs too, which an output must not replace
+        with contextlib.suppress(OSError):
+            info = path.stat()
+            found.seen.setdefault((info.st_dev, info.st_ino), path)
     found.files.sort()
     return found
 
@@ -121,8 +129,9 @@ def search(found: Found, folder: Path, top: bool = False, named: bool = True) ->
     read once; one named that cannot be listed is refused, one found is named."""
     try:
         info = folder.stat()
-        if found.seen.setdefault((info.st_dev, info.st_ino), folder) != folder:
+        if (info.st_dev, info.st_ino) in found.seen:
             return
+        found.seen[info.st_dev, info.st_ino] = folder
         entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
     except OSError as e:
         if named:
@@ -133,7 +142,12 @@ def search(found: Found, folder: Path, top: bool = False, named: bool = True) ->
     trials = {}
     for entry in entries:
         before = len(found.files)
-        if entry.is_dir():
+        try:
+            folder_ = entry.is_dir()
+        except OSError as e:  # a link in a loop, or to where this user may not look
+            found.skipped.append({"file": entry.path, "why": why(e)})
+            continue
+        if folder_:
             search(found, Path(entry.path), named=False)
             if top and (trial := TRIAL.fullmatch(entry.name)):
                 trials[int(trial[1])] = sorted(found.files[before:])
@@ -141,8 +155,9 @@ def search(found: Found, folder: Path, top: bool = False, named: bool = True) ->
             found.provenance.append(Path(entry.path))
         elif CAPTURE.fullmatch(entry.name):
             add(found, Path(entry.path))
-    if top:
-        found.trials = [trials[k] for k in sorted(trials)]
+    if trials and sorted(trials) != list(range(1, len(trials) + 1)):
+        raise Refused(f"{printable(str(folder)[:200])}: trial folders not numbered 1 to N")
+    found.trials = found.trials or [trials[k] for k in sorted(trials)]
 
 
 def add(found: Found, path: Path, named: bool = False) -> bool:
@@ -156,11 +171,11 @@ def add(found: Found, path: Path, named: bool = False) -> bool:
             raise Refused(f"{printable(str(path)[:200])}: {why(e)}") from None
         found.skipped.append({"file": str(path), "why": why(e)})
         return False
-    same = found.seen.setdefault((info.st_dev, info.st_ino), path)
-    if same != path:
+    if same := found.seen.get((info.st_dev, info.st_ino)):
         link = {"why": f"the same file as {same}", "same_as": str(same)}
         found.skipped.append({"file": str(path), **link})
         return False
+    found.seen[info.st_dev, info.st_ino] = path
     found.files.append(path)
     return True
 
@@ -239,15 +254,21 @@ def decode(text: str, deep: bool) -> object:
     return docs[0] if len(docs) == 1 else joined(docs)
 
 
+def epoch_ns(trace: dict) -> int | None:
+    """Where a trace's clock starts, ns since the epoch, if it says so in range."""
+    base = trace.get("baseTimeNanoseconds")
+    return base if type(base) is int and 0 <= base < 2**63 else None
+
+
 def joined(docs: list) -> dict:
     """One trace of several documents' events, each document's on the first's clock where
     both say where theirs starts (baseTimeNanoseconds, ns since the epoch)."""
     if not all(isinstance(d, dict) and isinstance(d.get("traceEvents"), list) for d in docs):
         raise ValueError("not a Proton trace: several documents, not all traces")
-    base, events = docs[0].get("baseTimeNanoseconds"), []
+    base, events = epoch_ns(docs[0]), []
     for doc in docs:
-        shift = doc.get("baseTimeNanoseconds")
-        shift = (shift - base) / 1e3 if type(base) is int and type(shift) is int else 0.0
+        shift = epoch_ns(doc)
+        shift = (shift - base) / 1e3 if None not in (base, shift) else 0.0
         for e in doc["traceEvents"]:
             if shift and isinstance(e, dict) and type(e.get("ts")) in (int, float):
                 e = {**e, "ts": e["ts"] + shift}
@@ -413,7 +434,7 @@ def walk_trace(events: list, capture: Capture) -> list:
             ts = float(ts) if type(ts) in (int, float) else math.nan
         except OverflowError:  # an integer past a float's range
             continue
-        if dur is None or not name or not math.isfinite(ts + dur):
+        if dur is None or not name or not abs(ts) + dur < 1e15:  # us: 30 years, no overflow
             continue
         args = e["args"] if isinstance(e.get("args"), dict) else {}
         if "Frequency (MHz)" in args:
@@ -455,6 +476,7 @@ class Chains:
 
     def __init__(self) -> None:
         self.links = [(0, None, 0)]  # id -> (parent id, (file, line, function), repeats)
+        self.depths = [0]  # id -> links in the chain
         self.ids = {}
         self.python = False  # whether any node was a python frame (context python)
 
@@ -472,29 +494,36 @@ class Chains:
         if (found := self.ids.get(key)) is None:
             found = self.ids[key] = len(self.links)
             self.links.append(key)
+            self.depths.append(self.depths[key[0]] + 1)
         return found, True
 
     def texts(self, chains: list, names: dict) -> dict:
-        """Each of chains as "file:line function > ...", outermost first (frame_text); a
-        chain's text is its parent's and its last link's, each worked out once."""
-        shown = {0: ""}
+        """Each of chains as "file:line function > ...", outermost first (frame_text),
+        each link's text worked out once."""
+        texts, out = {}, {}
         for chain in chains:
-            path = []
-            while chain not in shown:
-                path.append(chain)
-                chain = self.links[chain][0]
-            for link in reversed(path):
-                parent, frame, repeats = self.links[link]
-                text = frame_text([*frame, repeats], names)
-                shown[link] = f"{shown[parent]} > {text}" if parent else text
-        return shown
+            links, link = [], chain
+            while link and len(links) < MAX_FRAMES:
+                links.append(link)
+                link = self.links[link][0]
+            shown = [f"[{self.depths[link]} outer frames]"] if link else []
+            for link in reversed(links):
+                if link not in texts:
+                    _, frame, repeats = self.links[link]
+                    texts[link] = frame_text([*frame, repeats], names)
+                shown.append(texts[link])
+            out[chain] = " > ".join(shown)
+        return out
 
     def frames(self, chain: int) -> list:
-        """[file, line, function, repeats] of each link, outermost first."""
+        """[file, line, function, repeats] of each link, outermost first: the innermost
+        MAX_FRAMES, below a marker that counts the rest."""
         out = []
-        while chain:
+        while chain and len(out) < MAX_FRAMES:
             chain, frame, repeats = self.links[chain]
             out.append([*frame, repeats])
+        if chain:
+            out.append([f"[{self.depths[chain]} outer frames]", 0, "", 1])
         return out[::-1]
 
 
@@ -502,7 +531,7 @@ def frame_text(frame: list, names: dict) -> str:
     """A link of a chain, [file, line, function, repeats], as "file:line function", its
     file by the name names give it (a recursion: "(xN)"); a marker link as itself."""
     file, line, func, repeats = frame
-    if file in (CAPTURED_AT, AUTOTUNING):
+    if not (line or func):  # CAPTURED, AUTOTUNED, or the outer frames left out
         return file
     return f"{names.get(file, file)}:{line} {func}" + (f" (x{repeats})" if repeats > 1 else "")
 
@@ -614,7 +643,7 @@ def read(files: list, skipped: list) -> Run:
                 if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
                     raise ValueError("not a Proton trace (no traceEvents list)")
                 events = data["traceEvents"]
-                clock = data.get("baseTimeNanoseconds")
+                clock = epoch_ns(data)
                 run.traced.append((path, walk_trace(events, run.capture), clock))
                 scoped = (
                     e for e in events if isinstance(e, dict) and isinstance(e.get("args"), dict)

@@ -179,15 +179,20 @@ def summarize(
     summary, capture = {"proton_artifact_dir": folder}, run.capture
     records = captures.records(found.provenance, run.unread)
     ranks = {rank for rank, *_ in run.per_file} - {None}
-    for rank in sorted(set(range(world_size or 0)) - ranks) if run.read and ranks else ():
+    missing = sorted(set(range(world_size or 0)) - ranks) if run.read and ranks else []
+    for rank in missing:
         why = f"no capture of rank {rank} was read (--world-size {world_size})"
         run.unread.append({"file": None, "rank": rank, "why": why})
     if past := sorted(rank for rank in ranks if world_size and rank >= world_size):
         return Summary(summary, f"a capture of rank {past[0]}, past --world-size", run)
     if problem := run.problem(records):
         return Summary(summary, problem, run)
-    for entry in run.unread:
-        say(f"warning: skipped {entry['file']}: {entry['why']}" if entry["file"] else entry["why"])
+    for entry in run.unread[: len(run.unread) - len(missing)]:
+        say(f"warning: skipped {entry['file']}: {entry['why']}")
+    if missing:  # one line, however many
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        listed = ", ".join(map(str, missing[:8])) + more
+        say(f"no capture of rank {listed} was read (--world-size {world_size})")
     if len(run.read) > 1:
         say(f"combined {len(run.read)} captures: {', '.join(map(str, run.read))}")
     gpu_ms = sum(k.ms for k in capture.kernels.values())
@@ -348,7 +353,7 @@ def parser() -> Parser:
     p.add_argument("--peak-gbps", type=positive, metavar="N", help="a measured ceiling, GB/s")
     p.add_argument("--diff", metavar="BASE", help="compare with this earlier run or capture")
     p.add_argument("--fail-above", type=positive, metavar="PCT", help="exit 3 past it")
-    p.add_argument("--min-ms", type=positive, default=0.01, metavar="MS", help="judged above")
+    p.add_argument("--min-ms", type=positive, metavar="MS", help="judged above (0.01)")
     return p
 
 
@@ -361,28 +366,29 @@ def stop(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    held = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    args = (p := parser()).parse_args(argv)
+    if args.diff is None and (args.fail_above or args.min_ms):
+        p.error("--fail-above and --min-ms judge a --diff, which is not given")
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    held = {sig: signal.signal(sig, stop) for sig in signals}
     # Decoded captures hold no cycles, and the cyclic collector would walk a growing
     # capture again and again: most of the time. It waits till the summary is made.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return run(args)
-    except (Refused, OSError) as e:  # OSError: an output that cannot be written
-        say(f"error: {str(e)[:300]}")
-        return 2
-    except KeyboardInterrupt:  # Ctrl-C, a deep tree's decoding included
-        say("interrupted")
-        return 130
+        try:
+            return run(args)
+        except (Refused, OSError) as e:  # OSError: an output that cannot be written
+            say(f"error: {str(e)[:300]}")
+            return 2
+        finally:  # a signal that came as run()'s data was let go is handled here: Stopped
+            for sig, handler in held.items():
+                signal.signal(sig, handler)
+            if collecting:
+                gc.enable()
     except Stopped as e:
-        say("terminated" if e.args[0] == signal.SIGTERM else "hung up")
+        say({signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}.get(e.args[0], "hung up"))
         return 128 + e.args[0]
-    finally:
-        for sig, handler in held.items():
-            signal.signal(sig, handler)
-        if collecting:
-            gc.enable()
 
 
 def summaries(paths: list, args: argparse.Namespace) -> tuple[list, str | None, captures.Found]:
@@ -400,7 +406,7 @@ def summaries(paths: list, args: argparse.Namespace) -> tuple[list, str | None, 
 
 def run(args: argparse.Namespace) -> int:
     done, problem, found = summaries(args.paths, args)
-    inputs = {(p.stat().st_dev, p.stat().st_ino) for p in found.files}
+    inputs = set(found.seen)
     output = None if args.output == "-" else args.output
     if output and args.folded and os.path.realpath(output) == os.path.realpath(args.folded):
         raise Refused("-o and --folded name one file")
@@ -417,11 +423,13 @@ def run(args: argparse.Namespace) -> int:
                 raise Refused(
                     f"--diff compares captures of one kind: {args.diff[:200]} holds others"
                 )
-            inputs |= {(p.stat().st_dev, p.stat().st_ino) for p in base_found.files}
+            inputs |= set(base_found.seen)
             sides = [[s.summary for s in side] for side in (base, done)]
             problem = problem or compare.unfit(sides[0])
             problem = problem and f"--diff {args.diff[:200]}: {problem}"
-            summary["proton_diff"] = compare.diff(*sides, args.diff, args.fail_above, args.min_ms)
+            summary["proton_diff"] = compare.diff(
+                *sides, args.diff, args.fail_above, args.min_ms or 0.01
+            )
     if problem:  # the JSON to stdout, never over a good -o
         say(f"{' '.join(args.paths)[:200]}: {problem}")
         return captures.emit(to_json({"proton_artifact_dir": summary["proton_artifact_dir"]}), 1)

@@ -1207,3 +1207,92 @@ def test_sigterm_while_the_output_is_written_leaves_no_temporary_file(
     assert status == 143 and err.endswith("parse_hatchet: terminated\n")
     assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == [out.name]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back as it was
+
+
+def test_a_deep_chain_costs_its_depth_not_its_square(tmp_path):
+    # A kernel under every one of 3,000 nested frames: each call site shows its innermost
+    # frames below a count of the rest, so the output grows with the depth.
+    depth, k = 3_000, json.dumps(leaf("k", 5))
+    text = '[{"frame": {"name": "ROOT"}, "children": ['
+    text += "".join(
+        f'{{"frame": {{"name": "/w/r.py:{n}@f"}}, "children": [{k}, ' for n in range(depth)
+    )
+    text += k + "]}" * depth + "]}, {}]"
+    p = cli(write(tmp_path / "deep.hatchet", text), "--folded", tmp_path / "f.txt")
+    s = strict(p.stdout)
+    assert p.returncode == 0 and len(s["proton_callsites"]) == depth
+    deepest = max(s["proton_callsites"], key=lambda c: len(c["callsite"]))["callsite"]
+    assert deepest.startswith(f"[{depth - captures.MAX_FRAMES} outer frames] > r.py:")
+    assert deepest.count(" > ") == captures.MAX_FRAMES
+    assert len((tmp_path / "f.txt").read_text()) < depth * captures.MAX_FRAMES * 20
+
+
+def test_a_capture_or_folder_named_twice_is_read_once():
+    ranks = FIXTURES / "h200-two-ranks"
+    once = strict(cli(ranks).stdout)["proton_gpu_time_ms"]
+    p = cli(ranks, f"{ranks}/")
+    assert p.returncode == 0 and strict(p.stdout)["proton_gpu_time_ms"] == pytest.approx(once)
+    rank0 = ranks / "proton.rank0.hatchet"
+    p = cli(rank0, rank0)
+    assert (
+        strict(p.stdout)["proton_kernel_count"] == strict(cli(rank0).stdout)["proton_kernel_count"]
+    )
+    assert "the same file as" in p.stderr
+
+
+def test_trials_are_one_run_read_alone_and_numbered_from_1(tmp_path):
+    for k in (1, 2):
+        write(tmp_path / "run" / f"trial{k}" / "proton.hatchet", GOOD)
+    write(tmp_path / "other" / "proton.hatchet", GOOD)
+    p = cli(tmp_path / "run", tmp_path / "other")
+    assert p.returncode == 2 and "a run of trials" in p.stderr and p.stderr.count("\n") == 1
+    (tmp_path / "run" / "trial2").rename(tmp_path / "run" / "trial3")
+    p = cli(tmp_path / "run")
+    assert p.returncode == 2 and "trial folders not numbered 1 to N" in p.stderr
+
+
+@pytest.mark.parametrize("base", [10**400, 2**63, -1, 1.5], ids=["400 digits", "2^63", "-1", "1.5"])
+def test_a_clock_out_of_range_is_no_clock(tmp_path, base):
+    docs = [{**trace((1, 0.0, 1.0, 0)), "baseTimeNanoseconds": b} for b in (0, base)]
+    one = write(tmp_path / "a.chrome_trace", "\n".join(json.dumps(d) for d in docs))
+    p = cli(one)
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    rank0 = write(tmp_path / "r" / "proton.rank0.chrome_trace", {**docs[0], "traceEvents": []})
+    rank0.write_text(json.dumps({**trace((1, 1e306, 1.0, 0)), "baseTimeNanoseconds": 5}))
+    write(tmp_path / "r" / "proton.rank1.chrome_trace", docs[1])
+    p = cli(tmp_path / "r")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_bad_link_in_a_folder_is_skipped_and_named(tmp_path):
+    write(tmp_path / "proton.hatchet", GOOD)
+    (tmp_path / "loop").symlink_to("loop")
+    p = cli(tmp_path)
+    assert p.returncode == 1 and strict(p.stdout)["proton_kernel_count"] == 2
+    assert "skipped" in p.stderr and "loop" in p.stderr
+
+
+def test_output_never_replaces_a_run_s_provenance_or_gzip_copy(tmp_path):
+    import gzip
+
+    capture = write(tmp_path / "proton.hatchet", GOOD)
+    (tmp_path / "proton.hatchet.gz").write_bytes(gzip.compress(capture.read_bytes()))
+    write(tmp_path / "provenance.json", {"run_id": "x"})
+    for target in ("provenance.json", "proton.hatchet.gz"):
+        before = (tmp_path / target).read_bytes()
+        p = cli(tmp_path, "-o", tmp_path / target)
+        assert p.returncode == 2 and "is one of the inputs" in p.stderr
+        assert (tmp_path / target).read_bytes() == before
+
+
+def test_many_missing_ranks_are_one_line(tmp_path):
+    write(tmp_path / "proton.rank0.hatchet", GOOD)
+    p = cli(tmp_path, "--world-size", "65536")
+    assert p.returncode == 1 and p.stderr.count("\n") == 1
+    assert "no capture of rank 1, 2, 3, 4, 5, 6, 7, 8 and 65527 more" in p.stderr
+
+
+@pytest.mark.parametrize("flag", ["--fail-above", "--min-ms"])
+def test_a_gate_without_a_diff_is_a_usage_error(flag):
+    p = cli(FIXTURES / "h200-two-ranks", flag, "5")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--diff" in p.stderr
