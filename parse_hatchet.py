@@ -35,7 +35,8 @@ from captures import AUTOTUNING, CAPTURED_AT, Capture, Refused, Run, number, pri
 
 TOP_N = 5  # aorta's length of proton_top_kernels
 MAX_SOURCE_BYTES = 2**22  # source lines come from .py files of up to 4 MiB
-DEMANGLING = (1.0, 2**28, 2**16)  # seconds, bytes of memory, characters: for all names
+# Demangling, all names together: a few crafted bytes demangle to gigabytes.
+DEMANGLE_S, DEMANGLE_BYTES, DEMANGLED_CHARS = 1.0, 2**28, 2**16
 
 
 def say(message: str) -> None:
@@ -97,23 +98,23 @@ def demangling() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with open("/proc/self/statm") as f:  # the child's address space may grow this much
         used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    resource.setrlimit(resource.RLIMIT_AS, (used + DEMANGLING[1], resource.RLIM_INFINITY))
+    resource.setrlimit(resource.RLIMIT_AS, (used + DEMANGLE_BYTES, resource.RLIM_INFINITY))
 
 
 def demangle(name: str) -> str | None:
-    """name demangled, or None: no C++ name, or past DEMANGLING's memory or length."""
+    """name demangled, or None: no C++ name, or past DEMANGLE_BYTES or DEMANGLED_CHARS."""
     import cxxfilt
 
     try:
         text = cxxfilt.demangle(name)
     except Exception:  # not a mangled name after all, or out of memory
         return None
-    return text if len(text) <= DEMANGLING[2] else None
+    return text if len(text) <= DEMANGLED_CHARS else None
 
 
 def readable(names: list) -> dict:
     """Each name as a table shows it: a C++ name demangled (in one child process for all,
-    given DEMANGLING[0] seconds: a few crafted bytes demangle to gigabytes), without its
+    given DEMANGLE_S seconds: a few crafted bytes demangle to gigabytes), without its
     return type and parameters, template arguments nested deeper than two levels (all, if
     still long) shortened to <…>; any other name as it is."""
     import multiprocessing
@@ -121,12 +122,12 @@ def readable(names: list) -> dict:
     mangled = [name for name in dict.fromkeys(names) if name.startswith("_Z") and name.isascii()]
     texts = {}
     with multiprocessing.Pool(1, initializer=demangling) if mangled else nullcontext() as pool:
-        results, until = pool and pool.imap(demangle, mangled), time.monotonic() + DEMANGLING[0]
+        results, until = pool and pool.imap(demangle, mangled), time.monotonic() + DEMANGLE_S
         for name in mangled:  # in order, while there is time: a bomb costs the names after it
             try:
                 texts[name] = results.next(max(0.0, until - time.monotonic()))
             except multiprocessing.TimeoutError:
-                say(f"left {len(mangled) - len(texts)} C++ names mangled: over {DEMANGLING[0]} s")
+                say(f"left {len(mangled) - len(texts)} C++ names mangled: over {DEMANGLE_S} s")
                 break
     out = {}
     for name in names:
@@ -391,7 +392,9 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + e.args[0]
 
 
-def summaries(paths: list, args: argparse.Namespace) -> tuple[list, str | None, captures.Found]:
+def summaries(
+    paths: list, world: int | None = None, ceiling: float | None = None
+) -> tuple[list, str | None, captures.Found]:
     """The summaries of what paths hold, one for each trial where they hold trials; the
     first problem that left nothing to summarise; and what was found."""
     found = captures.find(paths)
@@ -399,13 +402,12 @@ def summaries(paths: list, args: argparse.Namespace) -> tuple[list, str | None, 
         raise Refused("trees and traces together are captures of different runs: summarise apart")
     dirs = [Path(p).resolve() if Path(p).is_dir() else Path(p).resolve().parent for p in paths]
     folder = os.path.commonpath(dirs)
-    world, ceiling = (args.world_size, args.peak_gbps) if paths == args.paths else (None, None)
     done = [summarize(found, folder, files, world, ceiling) for files in found.trials or [None]]
     return done, next((s.problem for s in done if s.problem), None), found
 
 
 def run(args: argparse.Namespace) -> int:
-    done, problem, found = summaries(args.paths, args)
+    done, problem, found = summaries(args.paths, args.world_size, args.peak_gbps)
     inputs = set(found.seen)
     output = None if args.output == "-" else args.output
     if output and args.folded and os.path.realpath(output) == os.path.realpath(args.folded):
@@ -417,7 +419,7 @@ def run(args: argparse.Namespace) -> int:
         if len(done) > 1:
             summary["proton_trials"] = compare.trials([s.summary for s in done])
         if args.diff is not None:
-            base, problem, base_found = summaries([args.diff], args)
+            base, problem, base_found = summaries([args.diff])
             kinds = {captures.kind(p) for p in found.files + base_found.files}
             if len(kinds) > 1:
                 raise Refused(
