@@ -9,7 +9,7 @@
 # Each run makes RESULTS/KIND/<UTC time>-<pid> (RESULTS: profiling_results; KIND: profile,
 # trace, intra or intra-trace, by data and backend); once it succeeds, KIND/latest points
 # at it and KIND/previous at the run latest pointed at before. --output DIR names the run's
-# folder instead: a new or empty one. Nothing is ever cleared or deleted.
+# folder instead: one that does not exist yet. Nothing is ever cleared or deleted.
 # COMMAND runs a .py script through its interpreter (python mine.py ARGS) or a launcher
 # that starts it once per rank (torchrun ... mine.py ARGS), each rank writing
 # proton.rank<R>.<ext>. --data, --backend, --context and --hook override the recipe for
@@ -18,7 +18,7 @@
 # for it to end and exits 130, 143 or 129, the run's folder left without a summary.
 # Exit status: the command's own when it fails; 1 no capture, or a capture or rank not
 # read (summary.json says which); 2 usage, a refused recipe, no GPU visible, or an
-# output folder that is not new and empty.
+# output folder that exists already.
 set -euo pipefail
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -130,13 +130,14 @@ for var in CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
 done
 [[ $visible == 1 || $(basename -- "${cmd[0]}") != @(python*|torchrun) ]] ||
   die 2 "no GPU visible: Proton needs one (check the script alone with: make run)"
-if [[ -n $output ]]; then  # a folder of the caller's choice: new, or empty
-  [[ ! -e $out && ! -L $out ]] || [[ -d $out && -z $(ls -A -- "$out" 2>&1) ]] ||
-    die 2 "--output ${out:0:200}: not a new or empty folder (nothing is cleared: name another)"
-  { mkdir -p -- "$out" && [[ -w $out ]]; } 2>/dev/null || die 2 "cannot write into ${out:0:200}"
-else  # mkdir without -p makes the run's folder: no other run has it
-  { mkdir -p -- "$runs" && mkdir -- "$out"; } 2>/dev/null || die 2 "cannot make ${out:0:200}"
-fi
+# mkdir without -p makes the run's folder, --output's too: no other run has it.
+parent=$runs
+if [[ -n $output ]]; then parent=$(dirname -- "$out" && echo .) parent=${parent%$'\n.'}; fi
+{ mkdir -p -- "$parent" && mkdir -- "$out"; } 2>/dev/null || {
+  [[ -z $output || (! -e $out && ! -L $out) ]] ||
+    die 2 "--output ${out:0:200} exists: name a new folder (nothing is cleared)"
+  die 2 "cannot make ${out:0:200}"
+}
 
 # The command runs as a child that signals reach (bash would hold a trap until it ended),
 # on this terminal, which it may read.

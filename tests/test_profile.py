@@ -527,11 +527,8 @@ def test_two_runs_started_at_once_have_folders_of_their_own(tmp_path):
     assert all(summary(f)["proton_kernel_count"] == 12 for f in folders)  # not mixed
 
 
-@pytest.mark.parametrize("made", [False, True], ids=["new", "empty"])
-def test_output_writes_into_a_new_or_empty_folder_without_links(tmp_path, made):
-    out = tmp_path / "out" / "deeper\n"
-    if made:
-        out.mkdir(parents=True)
+def test_output_writes_into_a_new_folder_without_links(tmp_path):
+    out = tmp_path / "out" / "deeper\n"  # its parent made too
     p = fake_run(tmp_path, TREE, options=["--output", out])
     assert p.returncode == 0, p.stderr
     assert {"proton.hatchet", "summary.json"} <= {f.name for f in out.iterdir()}
@@ -539,8 +536,10 @@ def test_output_writes_into_a_new_or_empty_folder_without_links(tmp_path, made):
     assert not (tmp_path / "profiling_results").exists()  # no latest, no other folder
 
 
-@pytest.mark.parametrize("holds", ["file", "hidden", "folder", "is-a-file", "dangling-link"])
-def test_output_holding_anything_is_refused_and_left_as_it_was(tmp_path, holds):
+@pytest.mark.parametrize(
+    "holds", ["empty", "file", "hidden", "folder", "is-a-file", "dangling-link"]
+)
+def test_output_that_exists_is_refused_and_left_as_it_was(tmp_path, holds):
     args = fake_args(tmp_path, "wait", tmp_path / "ran", "0", TREE)
     out = tmp_path / "out"
     if holds == "is-a-file":
@@ -549,20 +548,37 @@ def test_output_holding_anything_is_refused_and_left_as_it_was(tmp_path, holds):
         out.symlink_to(tmp_path / "nowhere")
     else:
         out.mkdir()
-        theirs = out / {"file": "notes.txt", "hidden": ".keep", "folder": "sub"}[holds]
-        theirs.mkdir() if holds == "folder" else theirs.write_text("mine")
+        if holds != "empty":
+            theirs = out / {"file": "notes.txt", "hidden": ".keep", "folder": "sub"}[holds]
+            theirs.mkdir() if holds == "folder" else theirs.write_text("mine")
     before = sorted((p, p.is_file() and p.read_text()) for p in tmp_path.rglob("*"))
     p = profile("--output", out, *args, env={"PROFILE_ASSUME_GPU": "1"}, cwd=tmp_path)
-    one_line_refusal(p, f"--output {out}: not a new or empty folder (nothing is cleared")
+    one_line_refusal(p, f"--output {out} exists: name a new folder (nothing is cleared)")
     assert sorted((p, p.is_file() and p.read_text()) for p in tmp_path.rglob("*")) == before
 
 
-@pytest.mark.parametrize("where, cannot", [("--results", "make"), ("--output", "write into")])
-def test_a_folder_that_cannot_be_made_is_refused_before_the_workload_runs(tmp_path, where, cannot):
+def test_two_runs_given_one_output_folder_cannot_share_it(tmp_path):
+    # The first run's mkdir claims the folder: the second is refused, not mixed in.
+    out, started = tmp_path / "out", tmp_path / "started"
+    first = start(["--output", out, *fake_args(tmp_path, "wait", started, "1", TREE)], tmp_path)
+    try:
+        wait_for(started)
+        second = fake_run(
+            tmp_path, FIXTURES / "h200-softmax-python.hatchet", options=["--output", out]
+        )
+        assert first.wait(timeout=60) == 0
+    finally:
+        first.kill()
+    one_line_refusal(second, f"--output {out} exists")
+    assert summary(out)["proton_top_kernels"][0] == "add_kernel"
+
+
+@pytest.mark.parametrize("where", ["--results", "--output"])
+def test_a_folder_that_cannot_be_made_is_refused_before_the_workload_runs(tmp_path, where):
     (tmp_path / "file").write_text("mine")
     options = [where, tmp_path / "file" / "x"]
     p = fake_run(tmp_path, "wait", tmp_path / "ran", "0", TREE, options=options)
-    one_line_refusal(p, f"cannot {cannot} {tmp_path}/file/x")
+    one_line_refusal(p, f"cannot make {tmp_path}/file/x")
     assert not (tmp_path / "ran").exists()
 
 
