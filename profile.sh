@@ -17,8 +17,8 @@
 # prints what would run. Ctrl-C, SIGTERM and SIGHUP reach the command; profile.sh waits
 # for it to end and exits 130, 143 or 129, the run's folder left without a summary.
 # Exit status: the command's own when it fails; 1 no capture, or a capture or rank not
-# read (summary.json says which); 2 usage, a refused recipe, no GPU visible, or an
-# output folder that exists already.
+# read (summary.json says which); 2 usage, a refused recipe, no GPU visible, an output
+# folder that exists already, or a latest or previous that is not a link.
 set -euo pipefail
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -130,6 +130,10 @@ for var in CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
 done
 [[ $visible == 1 || $(basename -- "${cmd[0]}") != @(python*|torchrun) ]] ||
   die 2 "no GPU visible: Proton needs one (check the script alone with: make run)"
+for link in "$runs/latest" "$runs/previous"; do  # links of its own are all it replaces
+  [[ -n $output || ! -e $link || -L $link ]] ||
+    die 2 "${link:0:200} is not a link: move it away (nothing is replaced)"
+done
 # mkdir without -p makes the run's folder, --output's too: no other run has it.
 parent=$runs
 if [[ -n $output ]]; then parent=$(dirname -- "$out" && echo .) parent=${parent%$'\n.'}; fi

@@ -477,6 +477,18 @@ def test_each_run_has_a_new_folder_latest_the_newest_previous_the_one_before(tmp
     assert summary(tmp_path / "profiling_results/profile/latest")["proton_kernel_count"] == 12
 
 
+@pytest.mark.parametrize("name", ["latest", "previous"])
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_a_latest_or_previous_that_is_not_a_link_is_refused_and_kept(tmp_path, name, kind):
+    theirs = tmp_path / "profiling_results" / "profile" / name
+    theirs.parent.mkdir(parents=True)
+    theirs.mkdir() if kind == "folder" else theirs.write_text("notes")
+    p = fake_run(tmp_path, "wait", tmp_path / "ran", "0", TREE)
+    one_line_refusal(p, f"profiling_results/profile/{name} is not a link: move it away")
+    assert [f.name for f in theirs.parent.iterdir()] == [name] and not (tmp_path / "ran").exists()
+    assert theirs.is_dir() if kind == "folder" else theirs.read_text() == "notes"
+
+
 @pytest.mark.parametrize(
     "word, status, message",
     [("fail", 7, "the command exited 7; no summary written"), ("root.hatchet", 1, "no timed")]
