@@ -53,6 +53,8 @@ define newline
 
 endef
 q = '$(subst $(newline),'$$'\n'',$(subst ','\'',$(1)))'
+# A path no program takes for an option: ./ before a leading - (the same file).
+path = $(if $(filter -%,$(firstword $(1))),./)$(1)
 ifneq ($(words $(VENV)),1)  # a target's name: make would split it
 $(error VENV must be one path without spaces, not '$(VENV)')
 endif
@@ -91,10 +93,10 @@ START = $(if $(filter 1,$(NPROC)),$(PY),$(PY) -m torch.distributed.run --standal
   --nproc-per-node $(call q,$(NPROC)))
 PROFILE = $(call q,$(HERE)/profile.sh) --recipe $(call q,$(RECIPE)) --results $(call q,$(OUT)) \
   $(if $(HOOK),--hook $(call q,$(HOOK))) $(if $(TRIALS),--trials $(call q,$(TRIALS)))
-COMMAND = $(START) $(call q,$(SCRIPT)) $(call argv,$(ARGS))
+COMMAND = $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))
 
 run: setup ## run SCRIPT with ARGS, without Proton
-	$(PY) $(call q,$(SCRIPT)) $(call argv,$(ARGS))
+	$(PY) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))
 
 profile: setup ## run SCRIPT under Proton as RECIPE says (NPROC, HOOK, TRIALS): OUT/profile
 	$(PROFILE) -- $(COMMAND)
@@ -108,17 +110,17 @@ intra: setup ## cycles of the scopes inside the kernel (instrumentation backend)
 # Shadow context: a Python call stack on each of the trace's events would quadruple it.
 intra-trace: setup ## every warp's scopes on a timeline (TRACE_ARGS): OUT/intra-trace
 	$(PROFILE) --backend instrumentation --data trace --context shadow -- \
-	  $(START) $(call q,$(SCRIPT)) $(call argv,$(TRACE_ARGS))
+	  $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(TRACE_ARGS))
 
 # function_line keeps python-context names to "line@function" instead of full paths.
 view: setup ## print the latest profile's tree (proton-viewer -m time/ms)
-	@f=$$(find -L $(call q,$(OUT)/profile/latest) -name '*.hatchet' 2>/dev/null | sort | head -n 1); \
+	@f=$$(find -L $(call q,$(call path,$(OUT))/profile/latest) -name '*.hatchet' 2>/dev/null | sort | head -n 1); \
 	  [[ -n $$f ]] || { echo "make view: no capture in $(OUT)/profile/latest: run make profile" >&2; exit 1; }; \
 	  $(PY) -m triton.profiler.viewer -m time/ms -f function_line "$$f"
 
 compare: setup ## CUR against BASE (latest and previous profile): verdicts; FAIL_ABOVE, MIN_MS
-	$(PY) $(call q,$(HERE)/parse_hatchet.py) $(call q,$(CUR)) --diff $(call q,$(BASE)) --table \
-	  $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS)))
+	$(PY) $(call q,$(HERE)/parse_hatchet.py) $(call q,$(call path,$(CUR))) --diff $(call q,$(call path,$(BASE))) \
+	  --table $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS)))
 
 bench: setup $(VENV)/.bench $(if $(QUACK),$(VENV)/.bench-quack) ## GPU only: the example against its peers, into bench/results (POINTS, QUACK)
 	$(PY) bench/sweep.py $(if $(POINTS),--points $(call q,$(POINTS))) $(if $(QUACK),--quack)

@@ -38,6 +38,9 @@ while (($#)); do
     *) die 2 "unknown argument: ${1:0:60} (see --help)" ;;
   esac
 done
+# A folder named with a leading - would reach Proton and the summariser as an option.
+[[ $results != -* ]] || results=./$results
+[[ $output != -* ]] || output=./$output
 ((${#cmd[@]})) || die 2 "no command: give one after -- (e.g. -- python mine.py)"
 [[ -z $trials || $trials =~ ^[1-9][0-9]{0,2}$ ]] || die 2 "--trials takes 1 to 999"
 case "$(type -t -- "${cmd[0]}")" in  # a builtin (exec, source) would run inside this script
@@ -63,8 +66,8 @@ if [[ $line =~ [\ /](torchrun|torch\.distributed\.run)\ (.*\ )?--nproc[-_]per[-_
   [[ ! $line =~ \ --nnodes[=\ ] || $line =~ \ --nnodes[=\ ]1(:1)?\  ]] || world=
 fi
 
-options=$(PYTHONSAFEPATH=1 "$py" "$here/recipe.py" "$recipe" --data "$data" --backend "$backend" \
-  --context "$context" --hook "$hook") || exit 2  # recipe.py said why
+options=$(PYTHONSAFEPATH=1 "$py" "$here/recipe.py" --data="$data" --backend="$backend" \
+  --context="$context" --hook="$hook" -- "$recipe") || exit 2  # recipe.py said why
 mapfile -t o <<<"$options"  # recipe.py's FIELDS, one per line
 mode=${o[0]} backend=${o[1]} context=${o[2]} data=${o[3]} hook=${o[4]} proton_mode=${o[5]}
 trials=${trials:-${o[6]}}

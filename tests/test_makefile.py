@@ -52,6 +52,15 @@ def test_a_newline_or_a_quote_in_a_variable_stays_one_word(variable):
     assert value in words_of(p.stdout.replace("\\\n", " ").strip())
 
 
+@pytest.mark.parametrize(
+    "target, variable", [("compare", "CUR"), ("compare", "BASE"), ("run", "SCRIPT")]
+)
+def test_a_path_with_a_leading_dash_reaches_python_as_a_path(target, variable):
+    # Taken for an option, CUR=-h would print help and pass a CI gate with exit 0.
+    (words,) = recipe(target, f"{variable}=-h")
+    assert "./-h" in words and "-h" not in words
+
+
 def test_a_script_whose_name_holds_a_newline_and_a_quote_runs(tmp_path):
     script = tmp_path / "it's\nodd.py"
     shutil.copy(ROOT / VECTOR_ADD, script)

@@ -594,6 +594,20 @@ def test_a_folder_that_cannot_be_made_is_refused_before_the_workload_runs(tmp_pa
     assert not (tmp_path / "ran").exists()
 
 
+@pytest.mark.parametrize("where", ["--results", "--output"])
+def test_a_folder_named_with_a_leading_dash_is_a_folder_not_an_option(tmp_path, where):
+    p = fake_run(tmp_path, TREE, options=[where, "-n"])
+    assert p.returncode == 0, p.stderr
+    run_folder = tmp_path / "-n" / ("profile/latest" if where == "--results" else "")
+    assert summary(run_folder)["proton_kernel_count"] == 12
+
+
+def test_a_recipe_named_with_a_leading_dash_is_read_as_the_recipe(tmp_path):
+    shutil.copy(recipe(tmp_path, proton="{backend: cupti}"), tmp_path / "-h")
+    d = dry_run("--recipe", "-h", *MINE, cwd=tmp_path)
+    assert d.commands == [words(f"python {CLI} -b cupti mine.py", d.folder)]
+
+
 def test_results_may_hold_spaces_and_odd_characters(tmp_path):
     results = tmp_path / "it's a $HOME [1] *\n"
     assert fake_run(tmp_path, TREE, options=["--results", results]).returncode == 0
