@@ -829,6 +829,9 @@ def test_the_launcher_keeps_the_script_s_words_as_given(tmp_path):
         "pass | PY LAUNCH --env | 2 | proton_launch: error: give SCRIPT.py, or --provenance FILE and no script",
         "pass | PY LAUNCH -c full s.py | 2 | proton_launch: error: argument -c: invalid choice: 'full'",
         "pass | PY LAUNCH --ranked --env s.py | 2 | proton_launch: error: --ranked, but none of",
+        "pass | PY LAUNCH --provenance . | 2 | proton_launch: error: '.' names no file to write",
+        "pass | PY LAUNCH --provenance no/p.json | 2 | proton_launch: error: no/p.json: no such file",
+        "pass | PY LAUNCH --provenance /dev/full | 2 | proton_launch: error: /dev/full: no space left",
         # Too long, not ASCII, negative, empty.
         *[
             f"pass | RANK={rank} PY LAUNCH --ranked --env s.py | 2 | proton_launch: error: RANK must be a whole number"
