@@ -25,7 +25,7 @@ OUT ?= profiling_results
 # HOOK=triton records each launch's bytes and flops; TRIALS=N runs the script N times.
 HOOK ?=
 TRIALS ?=
-# make compare: CUR against BASE (runs or captures), exit 3 past FAIL_ABOVE percent.
+# make compare: CUR against BASE (runs or captures), failing past FAIL_ABOVE percent.
 CUR ?= $(OUT)/profile/latest
 BASE ?= $(OUT)/profile/previous
 FAIL_ABOVE ?=
