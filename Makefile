@@ -42,7 +42,6 @@ ROCM_BASE ?= rocm/pytorch:rocm7.14_ubuntu24.04_py3.12_pytorch_release_2.11.0
 NVIDIA_BASE ?= pytorch/pytorch:2.11.0-cuda12.8-cudnn9-devel
 BASE_IMAGE ?= $(if $(filter nvidia,$(GPU)),$(NVIDIA_BASE),$(ROCM_BASE))
 # The image is named after this checkout's folder, as docker allows: a copy names its own.
-HERE := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 PROJECT ?= $(shell basename -- $(call q,$(HERE)) | tr 'A-Z' 'a-z' | tr -c 'a-z0-9_.\n-' -)
 IMAGE ?= $(PROJECT):$(GPU)
 
@@ -55,6 +54,12 @@ endef
 q = '$(subst $(newline),'$$'\n'',$(subst ','\'',$(1)))'
 # A path no program takes for an option: ./ before a leading - (the same file).
 path = $(if $(filter -%,$(firstword $(1))),./)$(1)
+# This Makefile's folder, wherever make runs (-C, -f): MAKEFILE_LIST holds only its name
+# yet, which $(dir) would split at a space.
+HERE := $(shell f=$(call q,$(MAKEFILE_LIST)); [ -f "$$f" ] && dirname -- "$$(realpath -s -- "$$f")")
+ifeq ($(HERE),)
+$(error read this Makefile alone (no MAKEFILES, no -f before it): its folder is unknown)
+endif
 ifneq ($(words $(VENV)),1)  # a target's name: make would split it
 $(error VENV must be one path without spaces, not '$(VENV)')
 endif
@@ -182,7 +187,7 @@ docker-run: ## make run in the container (SCRIPT, ARGS)
 # OUT, inside this checkout, is passed on as the container sees it: relative to /work.
 docker-profile: ## make profile in the container; results in OUT, owned by you
 	@real=$$(realpath -m -- $(call q,$(OUT))); [[ $$real == $(call q,$(HERE))/?* ]] || \
-	  { echo "make docker-profile: OUT must lie inside $(HERE), the folder the container sees" >&2; exit 2; }
+	  { echo "make docker-profile: OUT must lie inside "$(call q,$(HERE))", the folder the container sees" >&2; exit 2; }
 	out=$$(realpath -m --relative-to=$(call q,$(HERE)) -- $(call q,$(OUT))); \
 	$(DOCKER_RUN) sh -c 'owner=$$0 out=$$1; shift; make profile "$$@"; s=$$?; chown -R "$$owner" -- "$$out"; exit $$s' \
 	  "$$(id -u):$$(id -g)" "$$out" OUT="$$out" RECIPE=$(call q,$(RECIPE)) $(MAKE_VARS)
