@@ -119,8 +119,8 @@ intra-trace: setup ## every warp's scopes on a timeline (TRACE_ARGS): OUT/intra-
 
 # function_line keeps python-context names to "line@function" instead of full paths.
 view: setup ## print the latest profile's tree (proton-viewer -m time/ms)
-	@f=$$(find -L $(call q,$(call path,$(OUT))/profile/latest) -name '*.hatchet' 2>/dev/null | sort | head -n 1); \
-	  [[ -n $$f ]] || { echo "make view: no capture in $(OUT)/profile/latest: run make profile" >&2; exit 1; }; \
+	@f=$$(find -L $(call q,$(call path,$(OUT))/profile/latest) -name '*.hatchet' 2>/dev/null | sort | head -n 1) || :; \
+	  [[ -n $$f ]] || { echo "make view: no capture in "$(call q,$(OUT)/profile/latest)": run make profile" >&2; exit 1; }; \
 	  $(PY) -m triton.profiler.viewer -m time/ms -f function_line "$$f"
 
 compare: setup ## CUR against BASE (latest and previous profile): verdicts; FAIL_ABOVE, MIN_MS

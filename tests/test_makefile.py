@@ -84,6 +84,13 @@ def test_make_run_runs_another_script_on_the_cpu():
     assert p.returncode == 0 and p.stdout.endswith("vector_add: PASS\n"), p.stderr
 
 
+def test_make_view_without_a_capture_says_so_in_one_line(tmp_path):
+    out = tmp_path / 'it\'s "odd"'
+    p = run("make", "-s", "view", f"OUT={out}")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith(f"make view: no capture in {out}/profile/latest: run make profile\n")
+
+
 def test_a_venv_with_spaces_is_one_line_refused():
     p = run("make", "setup", "VENV=my venv")
     assert p.returncode == 2 and "VENV must be one path without spaces" in p.stderr
