@@ -60,8 +60,9 @@ HERE := $(shell f=$(call q,$(MAKEFILE_LIST)); [ -f "$$f" ] && dirname -- "$$(rea
 ifeq ($(HERE),)
 $(error read this Makefile alone (no MAKEFILES, no -f before it): its folder is unknown)
 endif
-ifneq ($(words $(VENV)),1)  # a target's name: make would split it
-$(error VENV must be one path without spaces, not '$(VENV)')
+# A target's name: make would split it at a space, and make a leading ~ a home folder.
+ifneq ($(words $(VENV))$(filter ~%,$(VENV)),1)
+$(error VENV must be one path without spaces or a leading ~, not '$(VENV)')
 endif
 PY := $(call q,$(VENV)/bin/python)
 SHELL := bash

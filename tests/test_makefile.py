@@ -91,9 +91,11 @@ def test_make_view_without_a_capture_says_so_in_one_line(tmp_path):
     assert p.stderr.startswith(f"make view: no capture in {out}/profile/latest: run make profile\n")
 
 
-def test_a_venv_with_spaces_is_one_line_refused():
-    p = run("make", "setup", "VENV=my venv")
-    assert p.returncode == 2 and "VENV must be one path without spaces" in p.stderr
+@pytest.mark.parametrize("venv", ["my venv", "~", "~/venv"])
+def test_a_venv_make_would_split_or_put_in_a_home_folder_is_one_line_refused(venv):
+    p = run("make", "-n", "setup", f"VENV={venv}")  # ~: the stamp touched outside
+    assert p.returncode == 2 and p.stdout == "", p.stdout
+    assert "VENV must be one path without spaces or a leading ~" in p.stderr
 
 
 @pytest.mark.parametrize("out", [".git", "/", "..", "~", "tracked.py", "/tmp/elsewhere", ""])
