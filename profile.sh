@@ -24,7 +24,8 @@ set -euo pipefail
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 recipe=recipe.yaml results=profiling_results output='' data='' backend='' context='' hook=''
 trials='' dry_run=0 cmd=()
-die() { echo "profile.sh: error: $2" >&2; exit "$1"; }
+say() { local line="profile.sh: $1"; echo "${line//[[:cntrl:]]/?}"; }  # one line, as ls shows names
+die() { say "error: $2" >&2; exit "$1"; }
 
 while (($#)); do
   case $1 in
@@ -122,7 +123,7 @@ if ((dry_run)); then
   shown "${summarise[@]}"
   exit 0
 fi
-((${#moved[@]} == 0)) || echo "profile.sh: warning: AMD: ${moved[*]}" >&2
+((${#moved[@]} == 0)) || say "warning: AMD: ${moved[*]}" >&2
 
 # Proton needs a GPU where the command runs here (srun and the like run it elsewhere); a
 # device variable set to nothing or -1 hides them all.
@@ -159,7 +160,7 @@ stop() {  # $1: the signal, $2: the exit status it gives
     kill -s "$1" "$child" 2>/dev/null || :
   fi
   [[ -z $child ]] || wait "$child" 2>/dev/null || :
-  echo "profile.sh: stopped by SIG$1: the command ended; ${out:0:200} has no summary" >&2
+  say "stopped by SIG$1: the command ended; ${out:0:200} has no summary" >&2
   exit "$2"
 }
 trap 'stop INT 130' INT
@@ -188,7 +189,7 @@ record=("$py" "$here/proton_launch.py" --provenance "$out/provenance.json" --run
 [[ -z $proton_mode ]] || record+=(--mode "$proton_mode")
 [[ $mode == cli ]] || record+=(--env)
 child "${record[@]}"
-((status == 0)) || echo "profile.sh: warning: no provenance written (exit $status)" >&2
+((status == 0)) || say "warning: no provenance written (exit $status)" >&2
 child "${summarise[@]}"
 ((status != 1)) || [[ ! -e $out/summary.json ]] ||
   die 1 "not every capture or rank was read: ${out:0:200}/summary.json says which"
@@ -201,4 +202,4 @@ if [[ -z $output ]]; then  # links renamed into place: never seen half made
   ln -sfn -- "$stamp" "$runs/.latest.$$"
   mv -fT -- "$runs/.latest.$$" "$runs/latest"
 fi
-echo "profile.sh: wrote $out/summary.json"
+say "wrote $out/summary.json"

@@ -610,9 +610,21 @@ def test_a_recipe_named_with_a_leading_dash_is_read_as_the_recipe(tmp_path):
 
 def test_results_may_hold_spaces_and_odd_characters(tmp_path):
     results = tmp_path / "it's a $HOME [1] *\n"
-    assert fake_run(tmp_path, TREE, options=["--results", results]).returncode == 0
+    p = fake_run(tmp_path, TREE, options=["--results", results])
+    assert p.returncode == 0, p.stderr
+    # A control character is shown as ?, as ls shows it: the line stays one line.
+    assert (
+        p.stdout.endswith("/summary.json\n")
+        and f"wrote {tmp_path}/it's a $HOME [1] *?/" in p.stdout
+    )
     latest = results / "profile" / "latest"
     assert STAMP.fullmatch(os.readlink(latest)) and summary(latest)["proton_kernel_count"] == 12
+
+
+def test_a_refusal_naming_a_path_with_control_characters_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("mine")
+    p = fake_run(tmp_path, TREE, options=["--results", tmp_path / "file" / "a\nb\x1b[31m"])
+    one_line_refusal(p, f"cannot make {tmp_path}/file/a?b?[31m/profile/")
 
 
 @pytest.mark.parametrize("how", [{"options": ["--trials", "2"]}, {"trials": 2}])
