@@ -56,7 +56,7 @@ script=("${cmd[@]:${#start[@]}}")
 # The workload's own interpreter (a `python3` on PATH may be another) reads the recipe,
 # writes the provenance and summarises; alone, it is the whole start of the command.
 py=python3
-for word in "${start[@]}"; do [[ $(basename -- "$word") != python* ]] || { py=$word; break; }; done
+for word in "${start[@]}"; do [[ ${word##*/} != python* ]] || { py=$word; break; }; done
 alone=0
 [[ ${#start[@]} == 1 && $py == "${start[0]}" ]] && alone=1
 command -v -- "$py" >/dev/null || die 2 "no interpreter ${py:0:200}"
@@ -132,7 +132,7 @@ visible=0
 for var in CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
   [[ ${!var-x} != @(|-1) ]] || visible=0
 done
-[[ $visible == 1 || $(basename -- "${cmd[0]}") != @(python*|torchrun) ]] ||
+[[ $visible == 1 || ${cmd[0]##*/} != @(python*|torchrun) ]] ||
   die 2 "no GPU visible: Proton needs one (check the script alone with: make run)"
 for link in "$runs/latest" "$runs/previous"; do  # links of its own are all it replaces
   [[ -n $output || ! -e $link || -L $link ]] ||

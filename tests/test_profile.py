@@ -627,6 +627,13 @@ def test_a_refusal_naming_a_path_with_control_characters_is_one_line(tmp_path):
     one_line_refusal(p, f"cannot make {tmp_path}/file/a?b?[31m/profile/")
 
 
+def test_a_dry_run_of_a_long_launcher_line_is_quick():
+    # 50,000 launcher words once took a process each, over a minute in all.
+    began = time.monotonic()
+    dry_run("--", "env", *["-u"] * 50000, "python", "mine.py")
+    assert time.monotonic() - began < 10
+
+
 @pytest.mark.parametrize("how", [{"options": ["--trials", "2"]}, {"trials": 2}])
 def test_trials_write_their_folders_and_one_summary_of_the_first(tmp_path, how):
     p = fake_run(tmp_path, TREE, **how)
