@@ -540,7 +540,7 @@ def test_two_runs_started_at_once_have_folders_of_their_own(tmp_path):
 
 
 def test_output_writes_into_a_new_folder_without_links(tmp_path):
-    out = tmp_path / "out" / "deeper\n"  # its parent made too
+    out = tmp_path / "out\n" / "deeper\n"  # its parent made too, its name kept whole
     p = fake_run(tmp_path, TREE, options=["--output", out])
     assert p.returncode == 0, p.stderr
     assert {"proton.hatchet", "summary.json"} <= {f.name for f in out.iterdir()}
