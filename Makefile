@@ -25,7 +25,7 @@ OUT ?= profiling_results
 # HOOK=triton records each launch's bytes and flops; TRIALS=N runs the script N times.
 HOOK ?=
 TRIALS ?=
-# make compare: CUR against BASE (runs or captures), exit 3 past FAIL_ABOVE percent.
+# make compare: CUR against BASE (runs or captures), failing past FAIL_ABOVE percent.
 CUR ?= $(OUT)/profile/latest
 BASE ?= $(OUT)/profile/previous
 FAIL_ABOVE ?=
@@ -42,7 +42,6 @@ ROCM_BASE ?= rocm/pytorch:rocm7.14_ubuntu24.04_py3.12_pytorch_release_2.11.0
 NVIDIA_BASE ?= pytorch/pytorch:2.11.0-cuda12.8-cudnn9-devel
 BASE_IMAGE ?= $(if $(filter nvidia,$(GPU)),$(NVIDIA_BASE),$(ROCM_BASE))
 # The image is named after this checkout's folder, as docker allows: a copy names its own.
-HERE := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 PROJECT ?= $(shell basename -- $(call q,$(HERE)) | tr 'A-Z' 'a-z' | tr -c 'a-z0-9_.\n-' -)
 IMAGE ?= $(PROJECT):$(GPU)
 
@@ -53,8 +52,17 @@ define newline
 
 endef
 q = '$(subst $(newline),'$$'\n'',$(subst ','\'',$(1)))'
-ifneq ($(words $(VENV)),1)  # a target's name: make would split it
-$(error VENV must be one path without spaces, not '$(VENV)')
+# A path no program takes for an option: ./ before a leading - (the same file).
+path = $(if $(filter -%,$(firstword $(1))),./)$(1)
+# This Makefile's folder, wherever make runs (-C, -f): MAKEFILE_LIST holds only its name
+# yet, which $(dir) would split at a space.
+HERE := $(shell f=$(call q,$(MAKEFILE_LIST)); [ -f "$$f" ] && dirname -- "$$(realpath -s -- "$$f")")
+ifeq ($(HERE),)
+$(error read this Makefile alone (no MAKEFILES, no -f before it): its folder is unknown)
+endif
+# A target's name: make would split it at a space, and make a leading ~ a home folder.
+ifneq ($(words $(VENV))$(filter ~%,$(VENV)),1)
+$(error VENV must be one path without spaces or a leading ~, not '$(VENV)')
 endif
 PY := $(call q,$(VENV)/bin/python)
 SHELL := bash
@@ -91,10 +99,10 @@ START = $(if $(filter 1,$(NPROC)),$(PY),$(PY) -m torch.distributed.run --standal
   --nproc-per-node $(call q,$(NPROC)))
 PROFILE = $(call q,$(HERE)/profile.sh) --recipe $(call q,$(RECIPE)) --results $(call q,$(OUT)) \
   $(if $(HOOK),--hook $(call q,$(HOOK))) $(if $(TRIALS),--trials $(call q,$(TRIALS)))
-COMMAND = $(START) $(call q,$(SCRIPT)) $(call argv,$(ARGS))
+COMMAND = $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))
 
 run: setup ## run SCRIPT with ARGS, without Proton
-	$(PY) $(call q,$(SCRIPT)) $(call argv,$(ARGS))
+	$(PY) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))
 
 profile: setup ## run SCRIPT under Proton as RECIPE says (NPROC, HOOK, TRIALS): OUT/profile
 	$(PROFILE) -- $(COMMAND)
@@ -108,17 +116,17 @@ intra: setup ## cycles of the scopes inside the kernel (instrumentation backend)
 # Shadow context: a Python call stack on each of the trace's events would quadruple it.
 intra-trace: setup ## every warp's scopes on a timeline (TRACE_ARGS): OUT/intra-trace
 	$(PROFILE) --backend instrumentation --data trace --context shadow -- \
-	  $(START) $(call q,$(SCRIPT)) $(call argv,$(TRACE_ARGS))
+	  $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(TRACE_ARGS))
 
 # function_line keeps python-context names to "line@function" instead of full paths.
 view: setup ## print the latest profile's tree (proton-viewer -m time/ms)
-	@f=$$(find -L $(call q,$(OUT)/profile/latest) -name '*.hatchet' 2>/dev/null | sort | head -n 1); \
-	  [[ -n $$f ]] || { echo "make view: no capture in $(OUT)/profile/latest: run make profile" >&2; exit 1; }; \
+	@f=$$(find -L $(call q,$(call path,$(OUT))/profile/latest) -name '*.hatchet' 2>/dev/null | sort | head -n 1) || :; \
+	  [[ -n $$f ]] || { echo "make view: no capture in "$(call q,$(OUT)/profile/latest)": run make profile" >&2; exit 1; }; \
 	  $(PY) -m triton.profiler.viewer -m time/ms -f function_line "$$f"
 
 compare: setup ## CUR against BASE (latest and previous profile): verdicts; FAIL_ABOVE, MIN_MS
-	$(PY) $(call q,$(HERE)/parse_hatchet.py) $(call q,$(CUR)) --diff $(call q,$(BASE)) --table \
-	  $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS)))
+	$(PY) $(call q,$(HERE)/parse_hatchet.py) $(call q,$(call path,$(CUR))) --diff $(call q,$(call path,$(BASE))) \
+	  --table $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS)))
 
 bench: setup $(VENV)/.bench $(if $(QUACK),$(VENV)/.bench-quack) ## GPU only: the example against its peers, into bench/results (POINTS, QUACK)
 	$(PY) bench/sweep.py $(if $(POINTS),--points $(call q,$(POINTS))) $(if $(QUACK),--quack)
@@ -180,7 +188,7 @@ docker-run: ## make run in the container (SCRIPT, ARGS)
 # OUT, inside this checkout, is passed on as the container sees it: relative to /work.
 docker-profile: ## make profile in the container; results in OUT, owned by you
 	@real=$$(realpath -m -- $(call q,$(OUT))); [[ $$real == $(call q,$(HERE))/?* ]] || \
-	  { echo "make docker-profile: OUT must lie inside $(HERE), the folder the container sees" >&2; exit 2; }
+	  { echo "make docker-profile: OUT must lie inside "$(call q,$(HERE))", the folder the container sees" >&2; exit 2; }
 	out=$$(realpath -m --relative-to=$(call q,$(HERE)) -- $(call q,$(OUT))); \
 	$(DOCKER_RUN) sh -c 'owner=$$0 out=$$1; shift; make profile "$$@"; s=$$?; chown -R "$$owner" -- "$$out"; exit $$s' \
 	  "$$(id -u):$$(id -g)" "$$out" OUT="$$out" RECIPE=$(call q,$(RECIPE)) $(MAKE_VARS)

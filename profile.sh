@@ -9,7 +9,7 @@
 # Each run makes RESULTS/KIND/<UTC time>-<pid> (RESULTS: profiling_results; KIND: profile,
 # trace, intra or intra-trace, by data and backend); once it succeeds, KIND/latest points
 # at it and KIND/previous at the run latest pointed at before. --output DIR names the run's
-# folder instead: a new or empty one. Nothing is ever cleared or deleted.
+# folder instead: one that does not exist yet. Nothing is ever cleared or deleted.
 # COMMAND runs a .py script through its interpreter (python mine.py ARGS) or a launcher
 # that starts it once per rank (torchrun ... mine.py ARGS), each rank writing
 # proton.rank<R>.<ext>. --data, --backend, --context and --hook override the recipe for
@@ -17,14 +17,15 @@
 # prints what would run. Ctrl-C, SIGTERM and SIGHUP reach the command; profile.sh waits
 # for it to end and exits 130, 143 or 129, the run's folder left without a summary.
 # Exit status: the command's own when it fails; 1 no capture, or a capture or rank not
-# read (summary.json says which); 2 usage, a refused recipe, no GPU visible, or an
-# output folder that is not new and empty.
+# read (summary.json says which); 2 usage, a refused recipe, no GPU visible, an output
+# folder that exists already, or a latest or previous that is not a link.
 set -euo pipefail
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 recipe=recipe.yaml results=profiling_results output='' data='' backend='' context='' hook=''
 trials='' dry_run=0 cmd=()
-die() { echo "profile.sh: error: $2" >&2; exit "$1"; }
+say() { local line="profile.sh: $1"; echo "${line//[[:cntrl:]]/?}"; }  # one line, as ls shows names
+die() { say "error: $2" >&2; exit "$1"; }
 
 while (($#)); do
   case $1 in
@@ -38,6 +39,9 @@ while (($#)); do
     *) die 2 "unknown argument: ${1:0:60} (see --help)" ;;
   esac
 done
+# A folder named with a leading - would reach Proton and the summariser as an option.
+[[ $results != -* ]] || results=./$results
+[[ $output != -* ]] || output=./$output
 ((${#cmd[@]})) || die 2 "no command: give one after -- (e.g. -- python mine.py)"
 [[ -z $trials || $trials =~ ^[1-9][0-9]{0,2}$ ]] || die 2 "--trials takes 1 to 999"
 case "$(type -t -- "${cmd[0]}")" in  # a builtin (exec, source) would run inside this script
@@ -52,7 +56,7 @@ script=("${cmd[@]:${#start[@]}}")
 # The workload's own interpreter (a `python3` on PATH may be another) reads the recipe,
 # writes the provenance and summarises; alone, it is the whole start of the command.
 py=python3
-for word in "${start[@]}"; do [[ $(basename -- "$word") != python* ]] || { py=$word; break; }; done
+for word in "${start[@]}"; do [[ ${word##*/} != python* ]] || { py=$word; break; }; done
 alone=0
 [[ ${#start[@]} == 1 && $py == "${start[0]}" ]] && alone=1
 command -v -- "$py" >/dev/null || die 2 "no interpreter ${py:0:200}"
@@ -63,8 +67,8 @@ if [[ $line =~ [\ /](torchrun|torch\.distributed\.run)\ (.*\ )?--nproc[-_]per[-_
   [[ ! $line =~ \ --nnodes[=\ ] || $line =~ \ --nnodes[=\ ]1(:1)?\  ]] || world=
 fi
 
-options=$(PYTHONSAFEPATH=1 "$py" "$here/recipe.py" "$recipe" --data "$data" --backend "$backend" \
-  --context "$context" --hook "$hook") || exit 2  # recipe.py said why
+options=$(PYTHONSAFEPATH=1 "$py" "$here/recipe.py" --data="$data" --backend="$backend" \
+  --context="$context" --hook="$hook" -- "$recipe") || exit 2  # recipe.py said why
 mapfile -t o <<<"$options"  # recipe.py's FIELDS, one per line
 mode=${o[0]} backend=${o[1]} context=${o[2]} data=${o[3]} hook=${o[4]} proton_mode=${o[5]}
 trials=${trials:-${o[6]}}
@@ -119,7 +123,7 @@ if ((dry_run)); then
   shown "${summarise[@]}"
   exit 0
 fi
-((${#moved[@]} == 0)) || echo "profile.sh: warning: AMD: ${moved[*]}" >&2
+((${#moved[@]} == 0)) || say "warning: AMD: ${moved[*]}" >&2
 
 # Proton needs a GPU where the command runs here (srun and the like run it elsewhere); a
 # device variable set to nothing or -1 hides them all.
@@ -128,15 +132,20 @@ visible=0
 for var in CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
   [[ ${!var-x} != @(|-1) ]] || visible=0
 done
-[[ $visible == 1 || $(basename -- "${cmd[0]}") != @(python*|torchrun) ]] ||
+[[ $visible == 1 || ${cmd[0]##*/} != @(python*|torchrun) ]] ||
   die 2 "no GPU visible: Proton needs one (check the script alone with: make run)"
-if [[ -n $output ]]; then  # a folder of the caller's choice: new, or empty
-  [[ ! -e $out && ! -L $out ]] || [[ -d $out && -z $(ls -A -- "$out" 2>&1) ]] ||
-    die 2 "--output ${out:0:200}: not a new or empty folder (nothing is cleared: name another)"
-  { mkdir -p -- "$out" && [[ -w $out ]]; } 2>/dev/null || die 2 "cannot write into ${out:0:200}"
-else  # mkdir without -p makes the run's folder: no other run has it
-  { mkdir -p -- "$runs" && mkdir -- "$out"; } 2>/dev/null || die 2 "cannot make ${out:0:200}"
-fi
+for link in "$runs/latest" "$runs/previous"; do  # links of its own are all it replaces
+  [[ -n $output || ! -e $link || -L $link ]] ||
+    die 2 "${link:0:200} is not a link: move it away (nothing is replaced)"
+done
+# mkdir without -p makes the run's folder, --output's too: no other run has it.
+parent=$runs
+if [[ -n $output ]]; then parent=$(dirname -- "$out" && echo .) parent=${parent%$'\n.'}; fi
+{ mkdir -p -- "$parent" && mkdir -- "$out"; } 2>/dev/null || {
+  [[ -z $output || (! -e $out && ! -L $out) ]] ||
+    die 2 "--output ${out:0:200} exists: name a new folder (nothing is cleared)"
+  die 2 "cannot make ${out:0:200}"
+}
 
 # The command runs as a child that signals reach (bash would hold a trap until it ended),
 # on this terminal, which it may read.
@@ -151,7 +160,7 @@ stop() {  # $1: the signal, $2: the exit status it gives
     kill -s "$1" "$child" 2>/dev/null || :
   fi
   [[ -z $child ]] || wait "$child" 2>/dev/null || :
-  echo "profile.sh: stopped by SIG$1: the command ended; ${out:0:200} has no summary" >&2
+  say "stopped by SIG$1: the command ended; ${out:0:200} has no summary" >&2
   exit "$2"
 }
 trap 'stop INT 130' INT
@@ -180,7 +189,7 @@ record=("$py" "$here/proton_launch.py" --provenance "$out/provenance.json" --run
 [[ -z $proton_mode ]] || record+=(--mode "$proton_mode")
 [[ $mode == cli ]] || record+=(--env)
 child "${record[@]}"
-((status == 0)) || echo "profile.sh: warning: no provenance written (exit $status)" >&2
+((status == 0)) || say "warning: no provenance written (exit $status)" >&2
 child "${summarise[@]}"
 ((status != 1)) || [[ ! -e $out/summary.json ]] ||
   die 1 "not every capture or rank was read: ${out:0:200}/summary.json says which"
@@ -193,4 +202,4 @@ if [[ -z $output ]]; then  # links renamed into place: never seen half made
   ln -sfn -- "$stamp" "$runs/.latest.$$"
   mv -fT -- "$runs/.latest.$$" "$runs/latest"
 fi
-echo "profile.sh: wrote $out/summary.json"
+say "wrote $out/summary.json"

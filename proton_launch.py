@@ -23,8 +23,8 @@ other order can hang at exit).
 --provenance writes FILE, a JSON object of what made a run: the Triton and torch
 versions, the device, the backend and mode asked for and used (null where this process
 cannot tell, as for a script that starts Proton itself: --env), and the run's id.
-Exit status: the script's own; 2 for bad arguments or a GPU the instrumentation backend
-cannot compile for.
+Exit status: the script's own; 2 for bad arguments, a GPU the instrumentation backend
+cannot compile for, or a provenance FILE that cannot be written.
 """
 
 import argparse
@@ -181,9 +181,14 @@ def provenance(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     if args.provenance:
-        from captures import write_output
+        from captures import Refused, printable, why, write_output
 
-        write_output(args.provenance, json.dumps(provenance(args), indent=2) + "\n")
+        try:
+            write_output(args.provenance, json.dumps(provenance(args), indent=2) + "\n")
+        except Refused as e:
+            fail(str(e))
+        except OSError as e:
+            fail(f"{printable(args.provenance[:200])}: {why(e)}")
         return 0
     name = f"{args.name}.rank{global_rank()}" if args.ranked else args.name
     export_local_rank()

@@ -4,6 +4,7 @@ docker commands make would run for each GPU kind."""
 import os
 import re
 import shlex
+import shutil
 
 import pytest
 from conftest import ROOT, run
@@ -64,6 +65,19 @@ def test_docker_build_picks_the_base_image():
     assert nvidia[3].startswith("BASE_IMAGE=pytorch/pytorch:") and "cuda" in nvidia[3]
     custom = make_n("docker-build", "BASE_IMAGE=rocm/pytorch@sha256:abc", "IMAGE=me/x:1")
     assert custom[3] == "BASE_IMAGE=rocm/pytorch@sha256:abc" and custom[5] == "me/x:1"
+
+
+@pytest.mark.parametrize("how", ["-C", "-f"])
+def test_a_checkout_whose_path_holds_a_space_is_mounted_and_built_whole(tmp_path, how):
+    checkout = tmp_path / "my dir" / "p"
+    checkout.mkdir(parents=True)
+    shutil.copy(ROOT / "Makefile", checkout)
+    where = [how, checkout if how == "-C" else checkout / "Makefile"]
+    assert make_n(*where, "docker-build")[-3:] == ["-t", "p:rocm", str(checkout)]
+    docker = make_n(*where, "docker-run")
+    assert docker[docker.index("-v") + 1] == f"{checkout}:/work"
+    p = run("make", "--no-print-directory", *where, "help")
+    assert p.returncode == 0 and "make docker-build" in p.stdout, p.stderr
 
 
 def test_docker_profile_hands_results_back_and_quotes_every_value(tmp_path):

@@ -52,6 +52,15 @@ def test_a_newline_or_a_quote_in_a_variable_stays_one_word(variable):
     assert value in words_of(p.stdout.replace("\\\n", " ").strip())
 
 
+@pytest.mark.parametrize(
+    "target, variable", [("compare", "CUR"), ("compare", "BASE"), ("run", "SCRIPT")]
+)
+def test_a_path_with_a_leading_dash_reaches_python_as_a_path(target, variable):
+    # Taken for an option, CUR=-h would print help and pass a CI gate with exit 0.
+    (words,) = recipe(target, f"{variable}=-h")
+    assert "./-h" in words and "-h" not in words
+
+
 def test_a_script_whose_name_holds_a_newline_and_a_quote_runs(tmp_path):
     script = tmp_path / "it's\nodd.py"
     shutil.copy(ROOT / VECTOR_ADD, script)
@@ -75,9 +84,18 @@ def test_make_run_runs_another_script_on_the_cpu():
     assert p.returncode == 0 and p.stdout.endswith("vector_add: PASS\n"), p.stderr
 
 
-def test_a_venv_with_spaces_is_one_line_refused():
-    p = run("make", "setup", "VENV=my venv")
-    assert p.returncode == 2 and "VENV must be one path without spaces" in p.stderr
+def test_make_view_without_a_capture_says_so_in_one_line(tmp_path):
+    out = tmp_path / 'it\'s "odd"'
+    p = run("make", "-s", "view", f"OUT={out}")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith(f"make view: no capture in {out}/profile/latest: run make profile\n")
+
+
+@pytest.mark.parametrize("venv", ["my venv", "~", "~/venv"])
+def test_a_venv_make_would_split_or_put_in_a_home_folder_is_one_line_refused(venv):
+    p = run("make", "-n", "setup", f"VENV={venv}")  # ~: the stamp touched outside
+    assert p.returncode == 2 and p.stdout == "", p.stdout
+    assert "VENV must be one path without spaces or a leading ~" in p.stderr
 
 
 @pytest.mark.parametrize("out", [".git", "/", "..", "~", "tracked.py", "/tmp/elsewhere", ""])

@@ -477,6 +477,18 @@ def test_each_run_has_a_new_folder_latest_the_newest_previous_the_one_before(tmp
     assert summary(tmp_path / "profiling_results/profile/latest")["proton_kernel_count"] == 12
 
 
+@pytest.mark.parametrize("name", ["latest", "previous"])
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_a_latest_or_previous_that_is_not_a_link_is_refused_and_kept(tmp_path, name, kind):
+    theirs = tmp_path / "profiling_results" / "profile" / name
+    theirs.parent.mkdir(parents=True)
+    theirs.mkdir() if kind == "folder" else theirs.write_text("notes")
+    p = fake_run(tmp_path, "wait", tmp_path / "ran", "0", TREE)
+    one_line_refusal(p, f"profiling_results/profile/{name} is not a link: move it away")
+    assert [f.name for f in theirs.parent.iterdir()] == [name] and not (tmp_path / "ran").exists()
+    assert theirs.is_dir() if kind == "folder" else theirs.read_text() == "notes"
+
+
 @pytest.mark.parametrize(
     "word, status, message",
     [("fail", 7, "the command exited 7; no summary written"), ("root.hatchet", 1, "no timed")]
@@ -527,11 +539,8 @@ def test_two_runs_started_at_once_have_folders_of_their_own(tmp_path):
     assert all(summary(f)["proton_kernel_count"] == 12 for f in folders)  # not mixed
 
 
-@pytest.mark.parametrize("made", [False, True], ids=["new", "empty"])
-def test_output_writes_into_a_new_or_empty_folder_without_links(tmp_path, made):
-    out = tmp_path / "out" / "deeper\n"
-    if made:
-        out.mkdir(parents=True)
+def test_output_writes_into_a_new_folder_without_links(tmp_path):
+    out = tmp_path / "out\n" / "deeper\n"  # its parent made too, its name kept whole
     p = fake_run(tmp_path, TREE, options=["--output", out])
     assert p.returncode == 0, p.stderr
     assert {"proton.hatchet", "summary.json"} <= {f.name for f in out.iterdir()}
@@ -539,8 +548,10 @@ def test_output_writes_into_a_new_or_empty_folder_without_links(tmp_path, made):
     assert not (tmp_path / "profiling_results").exists()  # no latest, no other folder
 
 
-@pytest.mark.parametrize("holds", ["file", "hidden", "folder", "is-a-file", "dangling-link"])
-def test_output_holding_anything_is_refused_and_left_as_it_was(tmp_path, holds):
+@pytest.mark.parametrize(
+    "holds", ["empty", "file", "hidden", "folder", "is-a-file", "dangling-link"]
+)
+def test_output_that_exists_is_refused_and_left_as_it_was(tmp_path, holds):
     args = fake_args(tmp_path, "wait", tmp_path / "ran", "0", TREE)
     out = tmp_path / "out"
     if holds == "is-a-file":
@@ -549,28 +560,78 @@ def test_output_holding_anything_is_refused_and_left_as_it_was(tmp_path, holds):
         out.symlink_to(tmp_path / "nowhere")
     else:
         out.mkdir()
-        theirs = out / {"file": "notes.txt", "hidden": ".keep", "folder": "sub"}[holds]
-        theirs.mkdir() if holds == "folder" else theirs.write_text("mine")
+        if holds != "empty":
+            theirs = out / {"file": "notes.txt", "hidden": ".keep", "folder": "sub"}[holds]
+            theirs.mkdir() if holds == "folder" else theirs.write_text("mine")
     before = sorted((p, p.is_file() and p.read_text()) for p in tmp_path.rglob("*"))
     p = profile("--output", out, *args, env={"PROFILE_ASSUME_GPU": "1"}, cwd=tmp_path)
-    one_line_refusal(p, f"--output {out}: not a new or empty folder (nothing is cleared")
+    one_line_refusal(p, f"--output {out} exists: name a new folder (nothing is cleared)")
     assert sorted((p, p.is_file() and p.read_text()) for p in tmp_path.rglob("*")) == before
 
 
-@pytest.mark.parametrize("where, cannot", [("--results", "make"), ("--output", "write into")])
-def test_a_folder_that_cannot_be_made_is_refused_before_the_workload_runs(tmp_path, where, cannot):
+def test_two_runs_given_one_output_folder_cannot_share_it(tmp_path):
+    # The first run's mkdir claims the folder: the second is refused, not mixed in.
+    out, started = tmp_path / "out", tmp_path / "started"
+    first = start(["--output", out, *fake_args(tmp_path, "wait", started, "1", TREE)], tmp_path)
+    try:
+        wait_for(started)
+        second = fake_run(
+            tmp_path, FIXTURES / "h200-softmax-python.hatchet", options=["--output", out]
+        )
+        assert first.wait(timeout=60) == 0
+    finally:
+        first.kill()
+    one_line_refusal(second, f"--output {out} exists")
+    assert summary(out)["proton_top_kernels"][0] == "add_kernel"
+
+
+@pytest.mark.parametrize("where", ["--results", "--output"])
+def test_a_folder_that_cannot_be_made_is_refused_before_the_workload_runs(tmp_path, where):
     (tmp_path / "file").write_text("mine")
     options = [where, tmp_path / "file" / "x"]
     p = fake_run(tmp_path, "wait", tmp_path / "ran", "0", TREE, options=options)
-    one_line_refusal(p, f"cannot {cannot} {tmp_path}/file/x")
+    one_line_refusal(p, f"cannot make {tmp_path}/file/x")
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("where", ["--results", "--output"])
+def test_a_folder_named_with_a_leading_dash_is_a_folder_not_an_option(tmp_path, where):
+    p = fake_run(tmp_path, TREE, options=[where, "-n"])
+    assert p.returncode == 0, p.stderr
+    run_folder = tmp_path / "-n" / ("profile/latest" if where == "--results" else "")
+    assert summary(run_folder)["proton_kernel_count"] == 12
+
+
+def test_a_recipe_named_with_a_leading_dash_is_read_as_the_recipe(tmp_path):
+    shutil.copy(recipe(tmp_path, proton="{backend: cupti}"), tmp_path / "-h")
+    d = dry_run("--recipe", "-h", *MINE, cwd=tmp_path)
+    assert d.commands == [words(f"python {CLI} -b cupti mine.py", d.folder)]
 
 
 def test_results_may_hold_spaces_and_odd_characters(tmp_path):
     results = tmp_path / "it's a $HOME [1] *\n"
-    assert fake_run(tmp_path, TREE, options=["--results", results]).returncode == 0
+    p = fake_run(tmp_path, TREE, options=["--results", results])
+    assert p.returncode == 0, p.stderr
+    # A control character is shown as ?, as ls shows it: the line stays one line.
+    assert (
+        p.stdout.endswith("/summary.json\n")
+        and f"wrote {tmp_path}/it's a $HOME [1] *?/" in p.stdout
+    )
     latest = results / "profile" / "latest"
     assert STAMP.fullmatch(os.readlink(latest)) and summary(latest)["proton_kernel_count"] == 12
+
+
+def test_a_refusal_naming_a_path_with_control_characters_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("mine")
+    p = fake_run(tmp_path, TREE, options=["--results", tmp_path / "file" / "a\nb\x1b[31m"])
+    one_line_refusal(p, f"cannot make {tmp_path}/file/a?b?[31m/profile/")
+
+
+def test_a_dry_run_of_a_long_launcher_line_is_quick():
+    # 50,000 launcher words once took a process each, over a minute in all.
+    began = time.monotonic()
+    dry_run("--", "env", *["-u"] * 50000, "python", "mine.py")
+    assert time.monotonic() - began < 10
 
 
 @pytest.mark.parametrize("how", [{"options": ["--trials", "2"]}, {"trials": 2}])
@@ -787,6 +848,9 @@ def test_the_launcher_keeps_the_script_s_words_as_given(tmp_path):
         "pass | PY LAUNCH --env | 2 | proton_launch: error: give SCRIPT.py, or --provenance FILE and no script",
         "pass | PY LAUNCH -c full s.py | 2 | proton_launch: error: argument -c: invalid choice: 'full'",
         "pass | PY LAUNCH --ranked --env s.py | 2 | proton_launch: error: --ranked, but none of",
+        "pass | PY LAUNCH --provenance . | 2 | proton_launch: error: '.' names no file to write",
+        "pass | PY LAUNCH --provenance no/p.json | 2 | proton_launch: error: no/p.json: no such file",
+        "pass | PY LAUNCH --provenance /dev/full | 2 | proton_launch: error: /dev/full: no space left",
         # Too long, not ASCII, negative, empty.
         *[
             f"pass | RANK={rank} PY LAUNCH --ranked --env s.py | 2 | proton_launch: error: RANK must be a whole number"
