@@ -93,10 +93,11 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $(call q,$@)
 
-# SCRIPT and its words, started by its interpreter or by torch's launcher.
+# SCRIPT and its words, started by its interpreter or by torch's launcher; after --, so
+# that torchrun takes none of the script's options (--n) for a prefix of its own.
 argv = $(foreach word,$(1),$(call q,$(word)))
 START = $(if $(filter 1,$(NPROC)),$(PY),$(PY) -m torch.distributed.run --standalone \
-  --nproc-per-node $(call q,$(NPROC)))
+  --nproc-per-node $(call q,$(NPROC)) --)
 PROFILE = $(call q,$(HERE)/profile.sh) --recipe $(call q,$(RECIPE)) --results $(call q,$(OUT)) \
   $(if $(HOOK),--hook $(call q,$(HOOK))) $(if $(TRIALS),--trials $(call q,$(TRIALS)))
 COMMAND = $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))

@@ -228,7 +228,8 @@ def host_candidates():
     blocks = dict(BLOCK_M=p.block_m, BLOCK_N=p.block_n, num_warps=p.num_warps)
     launch = sm.softmax_kernel[p.grid]
     fns["kernel[grid]"] = lambda: launch(out_ptr=torch.empty_like(x), **args, **blocks)
-    compiled = sm.softmax_kernel.warmup(out_ptr=x, **args, **blocks, grid=p.grid)[p.grid]
+    compiled = sm.softmax_kernel.warmup(out_ptr=x, **args, **blocks, grid=p.grid)
+    compiled = compiled[(*p.grid, 1, 1)]  # a compiled kernel's grid has all three dimensions
     constexprs = (p.block_m, p.block_n)
     fns["compiled[grid]"] = lambda: compiled(torch.empty_like(x), *args.values(), *constexprs)
     fns["op"] = lambda: softmax_op.softmax_op(x)
