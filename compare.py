@@ -172,21 +172,23 @@ def table(summary: dict, top: int) -> list:
                 f"{row['verdict']:>7}  {what}"
             )
     if t := summary.get("proton_trials"):
+        shown = {k["name"]: k["readable_name"] for k in summary.get("proton_kernels", [])}
         lines.append(f"{t['n']} trials: each kernel's ms in each, across them")
         lines.append(f"{'mean':>10} {'min':>10} {'max':>10} {'cv':>6}  kernel")
         for k in t["kernels"][:top]:
             cv = "" if k["cv"] is None else f"{k['cv']:.1%}"
+            name = shown.get(k["name"], k["name"])
             lines.append(
-                f"{k['mean_ms']:10.4f} {k['min_ms']:10.4f} {k['max_ms']:10.4f} {cv:>6}  {k['name']}"
+                f"{k['mean_ms']:10.4f} {k['min_ms']:10.4f} {k['max_ms']:10.4f} {cv:>6}  {name}"
             )
     return lines
 
 
 def said(row: dict) -> str:
-    """A verdict as a sentence: `k: 1.14x faster (0.121 -> 0.106 ms, noise +-2%)`."""
+    """A verdict as a sentence: `k: 1.14x faster (0.121 -> 0.106 ms, noise +-2.0%)`."""
     name, times = row["readable_name"], f"{row['base_ms']:.3f} -> {row['ms']:.3f} ms"
     if row["verdict"] in ("new", "gone"):
         return f"{name}: {row['verdict']} ({times})"
     factor = row["base_ms"] / row["ms"] if row["verdict"] == "faster" else row["ratio"]
-    noise = "noise unknown" if row["noise"] is None else f"noise +-{row['noise']:.0%}"
+    noise = "noise unknown" if row["noise"] is None else f"noise +-{row['noise']:.1%}"
     return f"{name}: {factor:.2f}x {row['verdict']} ({times}, {noise})"
