@@ -1103,7 +1103,11 @@ def test_ctrl_c_while_a_deep_tree_decodes_is_one_line(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(1.5)
+    status = Path(f"/proc/{p.pid}/status")  # signalled mid-run: once it holds 300 MB
+    while p.poll() is None and "VmRSS:" in (text := status.read_text()):
+        if int(text.split("VmRSS:")[1].split()[0]) > 300_000:
+            break
+        time.sleep(0.01)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
     assert p.returncode in (130, 1) and "Traceback" not in err and "Fatal" not in err
