@@ -181,9 +181,7 @@ def summarize(
     records = captures.records(found.provenance, run.unread)
     ranks = {rank for rank, *_ in run.per_file} - {None}
     missing = sorted(set(range(world_size or 0)) - ranks) if run.read and ranks else []
-    for rank in missing:
-        why = f"no capture of rank {rank} was read (--world-size {world_size})"
-        run.unread.append({"file": None, "rank": rank, "why": why})
+    run.unread += [{"file": None, "rank": r, "why": f"no capture of rank {r}"} for r in missing]
     if past := sorted(rank for rank in ranks if world_size and rank >= world_size):
         return Summary(summary, f"a capture of rank {past[0]}, past --world-size", run)
     if problem := run.problem(records):
@@ -204,10 +202,8 @@ def summarize(
     summary["proton_unread"] = run.unread
     shown, summary["proton_kernels"] = readable(list(capture.kernels)), []
     for name, k in sorted(capture.kernels.items(), key=lambda item: item[1].ms, reverse=True):
-        mean, share = (
-            k.ms * 1e3 / k.launches if k.launches else None,
-            k.ms / gpu_ms if gpu_ms else 0.0,
-        )
+        mean = k.ms * 1e3 / k.launches if k.launches else None
+        share = k.ms / gpu_ms if gpu_ms else 0.0
         row = {"name": name, "readable_name": shown[name], "launches": k.launches, "total_ms": k.ms}
         summary["proton_kernels"].append({**row, "mean_us": mean, "share": share})
     sites = callsites(capture)
@@ -251,9 +247,8 @@ def to_json(summary: dict) -> bytes:
         values = [msgspec.json.encode(value) for value in summary.values()]
     except UnicodeEncodeError:  # a lone surrogate in a name: json writes it as an escape
         values = [json.dumps(value, allow_nan=False).encode() for value in summary.values()]
-    lines = (
-        b'  "%s": %s' % (key.encode(), value) for key, value in zip(summary, values, strict=True)
-    )
+    pairs = zip(summary, values, strict=True)
+    lines = (b'  "%s": %s' % (key.encode(), value) for key, value in pairs)
     return b"{\n" + b",\n".join(lines) + b"\n}\n"
 
 
@@ -370,8 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     args = (p := parser()).parse_args(argv)
     if args.diff is None and (args.fail_above or args.min_ms):
         p.error("--fail-above and --min-ms judge a --diff, which is not given")
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    held = {sig: signal.signal(sig, stop) for sig in signals}
+    held = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     # Decoded captures hold no cycles, and the cyclic collector would walk a growing
     # capture again and again: most of the time. It waits till the summary is made.
     collecting = gc.isenabled()

@@ -185,11 +185,11 @@ Host cost per call on a 4 x 64 input (loop time, the GPU waiting on the host), u
 | us | {host_row} |
 | vs torch.softmax | {ratio_row} |
 
-(kernel[grid]: softmax.py's kernel launched through Triton's plain `kernel[grid](...)`
-into an output allocated once, binding and specialising the arguments on every call.
-softmax.py allocates each call's output, as torch.softmax does, looks up the input's key
-and launches the kernel it compiled on the key's first call as `compiled[grid](...)`;
-compiled[grid] is that allocation and launch alone, without the lookup.)
+(softmax.py checks its input, allocates each call's output, as torch.softmax does, and
+launches through Triton's plain `kernel[grid](...)` on the input's device; kernel[grid]
+is that allocation and launch alone, without the checks and the device switch;
+compiled[grid] launches the kernel compiled ahead (`warmup`), binding no arguments: the
+least host cost a Triton launch can have.)
 
 Profiling's cost at the default shape, whole processes (start-up, compilation and the
 check included): `make profile` took {prof["profile_wall_s"]:.1f} s against
