@@ -93,7 +93,7 @@ def test_make_view_without_a_capture_says_so_in_one_line(tmp_path):
 
 @pytest.mark.parametrize("venv", ["my venv", "~", "~/venv"])
 def test_a_venv_make_would_split_or_put_in_a_home_folder_is_one_line_refused(venv):
-    p = run("make", "-n", "setup", f"VENV={venv}")  # ~: the stamp touched outside
+    p = run("make", "-s", "-n", "setup", f"VENV={venv}")  # ~: the stamp touched outside
     assert p.returncode == 2 and p.stdout == "", p.stdout
     assert "VENV must be one path without spaces or a leading ~" in p.stderr
 
