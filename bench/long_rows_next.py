@@ -20,7 +20,16 @@ that programs already running hold, and neither kernel can deadlock:
   interpreter): each program writes the tile reduced a fixed number of tickets earlier,
   read a second time from L2.
 
-Where it differs from long_rows.py: nothing yet.
+Where it differs from long_rows.py (nothing here is measured yet):
+
+- Packed partials. softmax_long_rows_kernel publishes a tile's max and sum as one 64-bit
+  slot, written by one relaxed atomic exchange, and waits by reading its row's slots
+  atomically until none is empty: the partials are their own arrival, with no counter
+  and no acquire/release pair. Atomic reads, not volatile loads, so that no compiler
+  may hoist the wait's load out of its loop (the AMD backend did, and hung).
+- No ticket for small batches: where every tile of every row has an SM of its own, all
+  programs run at once, and each takes its tile by program id, with no atomic ticket.
+  Elsewhere the ticket is a relaxed atomic, as it orders no other memory.
 """
 
 import functools
@@ -53,9 +62,13 @@ HALF_TILE_REGS = 48
 # its own: late enough for that row to be reduced, soon enough to read it again from L2.
 LAG_PER_SM = 2
 MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
+# Held rows' slots, 16 int64s to 128 bytes: each row's on lines of its own, as the lagged
+# kernel's counters (faster on the H200), and the ticket on the first line, alone.
+LINE_SLOTS = tl.constexpr(16)
 COUNTER_STRIDE = tl.constexpr(32)  # int32s: each row's arrival counter on its own 128 bytes
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 AMD = tl.constexpr(torch.version.hip is not None)  # kernels read only constexpr globals
+PTX = tl.constexpr(not AMD and not fused.INTERPRET)  # inline PTX: compiled for NVIDIA
 
 
 @triton.jit
@@ -64,9 +77,9 @@ def _unseen(x, ALIGNED: tl.constexpr):  # noqa: ANN202 - a tensor of Triton's, a
     LLVM neither merge nor move. Each use of a 16-bit tile then converts its pairs of
     values, as loaded, to float32 afresh; otherwise the compiler keeps the float32 values
     of one conversion alive instead, in twice the registers. Only for tiles loaded 16
-    bytes at a time (ALIGNED), whose values come in pairs; PTX, so on AMD, x. Never run
-    in the interpreter, which has no inline assembly."""
-    if tl.constexpr(ALIGNED and x.dtype.primitive_bitwidth == 16 and not AMD):
+    bytes at a time (ALIGNED), whose values come in pairs; PTX, so on AMD and in the
+    interpreter (which has no inline assembly), x."""
+    if tl.constexpr(ALIGNED and x.dtype.primitive_bitwidth == 16 and PTX):
         bits = tl.inline_asm_elementwise(
             "mov.b32 $0, $1;",
             "=r,r",
@@ -80,13 +93,38 @@ def _unseen(x, ALIGNED: tl.constexpr):  # noqa: ANN202 - a tensor of Triton's, a
         return x
 
 
+@triton.jit
+def _merged(slots, tile, m, s, n_tiles, TILES: tl.constexpr):  # noqa: ANN202
+    """The row's max and sum, once this tile's max m and sum s are in slots[tile] and
+    every other tile's in its own: the online softmax merge of the row's partials."""
+    # A slot holds a tile's max and sum as their float32 bits, high and low, and is 0
+    # while empty: no tile's pair is (+0.0, +0.0), as its sum is at least exp(0) = 1 of
+    # its max unless that max is -inf or NaN. The slot is the data it publishes, so
+    # relaxed atomics suffice; and atomic reads stay inside the loop.
+    bits = (m.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (
+        s.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    )
+    tl.atomic_xchg(slots + tile, bits, sem="relaxed")
+    scope("partials", "wait")
+    t = tl.arange(0, TILES)
+    live = t < n_tiles
+    seen = tl.atomic_add(slots + t, 0, mask=live, sem="relaxed")
+    while tl.sum(((seen == 0) & live).to(tl.int32), axis=0) > 0:
+        # Only the slots still empty are read again.
+        again = tl.atomic_add(slots + t, 0, mask=live & (seen == 0), sem="relaxed")
+        seen = tl.where(seen == 0, again, seen)
+    scope("wait", "merge")
+    m_t = tl.where(live, (seen >> 32).to(tl.int32).to(tl.float32, bitcast=True), -float("inf"))
+    s_t = tl.where(live, seen.to(tl.int32).to(tl.float32, bitcast=True), 0.0)
+    row_max = tl.max(m_t, axis=0)
+    return row_max, tl.sum(s_t * tl.exp(m_t - row_max), axis=0)
+
+
 @triton.jit(launch_metadata=launch_metadata)
 def softmax_long_rows_kernel(
     out_ptr,
     in_ptr,
-    max_ptr,
-    sum_ptr,
-    counter_ptr,
+    slot_ptr,
     n_rows,
     n_cols,
     in_row_stride,
@@ -95,15 +133,22 @@ def softmax_long_rows_kernel(
     BLOCK_N: tl.constexpr,
     TILES: tl.constexpr,
     ALIGNED: tl.constexpr,
+    TICKET: tl.constexpr,
 ):
-    # Ticket k is tile k % n_tiles of row k // n_tiles. As tickets come in start order,
-    # only the newest row can have tiles not started, and at most n_tiles - 1 programs
-    # wait at once: a GPU that holds n_tiles programs (plan: one per SM) always has room
-    # for the next, and every row completes. That assumes no other kernel fills the SMs
-    # meanwhile (another stream, MPS). The tile's start joins the row's scalar address.
-    ticket = tl.atomic_add(counter_ptr, 1)
-    row = (ticket // n_tiles).to(tl.int64)
-    start = (ticket % n_tiles) * BLOCK_N
+    # TICKET: ticket k is tile k % n_tiles of row k // n_tiles. As tickets come in start
+    # order, only the newest row can have tiles not started, and at most n_tiles - 1
+    # programs wait at once: a GPU that holds n_tiles programs (plan: one per SM) always
+    # has room for the next, and every row completes. Otherwise the GPU holds every
+    # program at once (plan: one per SM), in any order, and k is the program's id. Both
+    # assume no other kernel fills the SMs meanwhile (another stream, MPS). The tile's
+    # start joins the row's scalar address.
+    if TICKET:
+        k = tl.atomic_add(slot_ptr, 1, sem="relaxed").to(tl.int32)  # orders nothing else
+    else:
+        k = tl.program_id(0)
+    row = (k // n_tiles).to(tl.int64)
+    tile = k % n_tiles
+    start = tile * BLOCK_N
     cols = tl.arange(0, BLOCK_N)
     mask = cols < n_cols - start
     scope("", "load")
@@ -121,22 +166,8 @@ def softmax_long_rows_kernel(
     # where tl.exp takes six.
     base = tl.where(m == -float("inf"), 0.0, m)
     e = tl.exp2((_unseen(x, ALIGNED).to(tl.float32) - base) * LOG2E)
-    tl.store(max_ptr + ticket, m)
-    tl.store(sum_ptr + ticket, tl.sum(e, axis=0))
-    scope("partials", "wait")
-    # Release publishes this tile's partials with its arrival; acquire, all the others'.
-    arrived = counter_ptr + (1 + row) * COUNTER_STRIDE
-    seen = tl.atomic_add(arrived, 1, sem="acq_rel") + 1
-    while seen < n_tiles:
-        seen = tl.atomic_add(arrived, 0, sem="acquire")
-    scope("wait", "merge")
-    # The online softmax merge of the row's partials: volatile loads, after the acquire
-    # that made them visible.
-    t = tl.arange(0, TILES)
-    m_t = tl.load(max_ptr + row * n_tiles + t, mask=t < n_tiles, other=-float("inf"), volatile=True)
-    s_t = tl.load(sum_ptr + row * n_tiles + t, mask=t < n_tiles, other=0.0, volatile=True)
-    row_max = tl.max(m_t, axis=0)
-    row_sum = tl.sum(s_t * tl.exp(m_t - row_max), axis=0)
+    slots = slot_ptr + LINE_SLOTS + row * TILES
+    row_max, row_sum = _merged(slots, tile, m, tl.sum(e, axis=0), n_tiles, TILES)
     scope("merge", "store")
     if ALIGNED:
         # exp(x - M) * (1 / S), converting the tile again. tl.exp here, not exp2: with it,
@@ -227,8 +258,9 @@ def softmax_long_rows_lagged_kernel(
 class Plan(NamedTuple):
     """How a long-row shape launches: the kernel, tiles of block_n columns, warps and
     grid; the tiles a row is cut into (n_tiles; tiles, n_tiles padded to a power of two,
-    at most MERGE_TILES), the lag in tickets between reducing a tile and writing it (0:
-    held), and maxnreg (0: the compiler's choice)."""
+    at most MERGE_TILES, and held, to at least a line of slots), the lag in tickets
+    between reducing a tile and writing it (0: held), maxnreg (0: the compiler's choice)
+    and whether held tiles are taken by ticket (else by program id)."""
 
     kernel: triton.JITFunction
     block_n: int
@@ -238,6 +270,7 @@ class Plan(NamedTuple):
     tiles: int
     lag: int = 0
     maxnreg: int = 0
+    ticket: bool = True
 
 
 def aligned(rows: torch.Tensor) -> bool:
@@ -274,9 +307,10 @@ def plan(n_rows: int, n_cols: int, itemsize: int, aligned_rows: bool, device: in
     """The Plan for rows of n_cols itemsize-byte elements, aligned() or not, on a GPU
     (device: its index) or in the interpreter (device: None). Rows are held where the SMs
     this process may use hold every tile of a row at once (one program per SM always
-    fits); the interpreter runs one program at a time, so it never holds. That assumes no
-    other kernel fills the SMs meanwhile: held launches on several streams at once can
-    wait on each other's programs."""
+    fits), taken by program id where they hold every tile of every row; the interpreter
+    runs one program at a time, so it never holds. That assumes no other kernel fills the
+    SMs meanwhile: held launches on several streams at once can wait on each other's
+    programs."""
     n_sms, warp_size = 0, 32
     if device is not None:
         props = torch.cuda.get_device_properties(device)
@@ -288,7 +322,11 @@ def plan(n_rows: int, n_cols: int, itemsize: int, aligned_rows: bool, device: in
     if n_tiles <= min(n_sms, MERGE_TILES):
         regs = HALF_TILE_REGS if aligned_rows and itemsize == 2 and not AMD else 0
         grid = (n_rows * n_tiles,)
-        return Plan(softmax_long_rows_kernel, tile, num_warps, grid, n_tiles, tiles, 0, regs)
+        ticket = n_rows * n_tiles > n_sms
+        tiles = max(tiles, LINE_SLOTS.value)
+        return Plan(
+            softmax_long_rows_kernel, tile, num_warps, grid, n_tiles, tiles, 0, regs, ticket
+        )
     lag = n_tiles + LAG_PER_SM * max(1, n_sms)
     grid = (n_rows * n_tiles + lag,)
     return Plan(softmax_long_rows_lagged_kernel, tile, num_warps, grid, n_tiles, tiles, lag)
@@ -300,16 +338,10 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
     n_rows, n_cols = map(int, rows.shape)  # ints, also where torch.compile traces SymInts
     is_aligned = aligned(rows)
     p = plan(n_rows, n_cols, rows.element_size(), is_aligned, rows.device.index)
-    # Each tile's max and sum; the ticket counter and each row's arrivals, 128 bytes
-    # apart (faster on the H200), zeroed on every call, CUDA-graph replays included.
-    partial_max = torch.empty((n_rows, p.n_tiles), dtype=torch.float32, device=rows.device)
-    counters = torch.zeros((n_rows + 1, COUNTER_STRIDE), dtype=torch.int32, device=rows.device)
+    kernel = p.kernel if wrap is None else wrap(p.kernel)
     args = dict(
         out_ptr=out,
         in_ptr=rows,
-        max_ptr=partial_max,
-        sum_ptr=torch.empty_like(partial_max),
-        counter_ptr=counters,
         n_rows=n_rows,
         n_cols=n_cols,
         in_row_stride=rows.stride(0),
@@ -320,12 +352,29 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
         num_warps=p.num_warps,
     )
     if p.lag:
-        args["lag"] = p.lag
-    else:
-        args["ALIGNED"] = is_aligned
+        # Each tile's max and sum; the ticket counter and each row's arrivals, 128 bytes
+        # apart (faster on the H200), zeroed on every call, CUDA-graph replays included.
+        partial_max = torch.empty((n_rows, p.n_tiles), dtype=torch.float32, device=rows.device)
+        counters = torch.zeros((n_rows + 1, COUNTER_STRIDE), dtype=torch.int32, device=rows.device)
+        kernel[p.grid](
+            **args,
+            max_ptr=partial_max,
+            sum_ptr=torch.empty_like(partial_max),
+            counter_ptr=counters,
+            lag=p.lag,
+        )
+        return
     if p.maxnreg and wrap is None:  # an NVIDIA option, which wrap_triton does not pass on
         args["maxnreg"] = p.maxnreg
-    (p.kernel if wrap is None else wrap(p.kernel))[p.grid](**args)
+    # The ticket, then each row's slots, zeroed (empty) on every call, CUDA-graph
+    # replays included.
+    slots = torch.zeros(LINE_SLOTS.value + n_rows * p.tiles, dtype=torch.int64, device=rows.device)
+    kernel[p.grid](
+        **args,
+        slot_ptr=slots,
+        ALIGNED=is_aligned,
+        TICKET=p.ticket,
+    )
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
