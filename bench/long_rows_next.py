@@ -30,6 +30,10 @@ Where it differs from long_rows.py (nothing here is measured yet):
 - No ticket for small batches: where every tile of every row has an SM of its own, all
   programs run at once, and each takes its tile by program id, with no atomic ticket.
   Elsewhere the ticket is a relaxed atomic, as it orders no other memory.
+- Peeled rows: rows that are not aligned() but have a column stride of 1 (50257 columns,
+  a row start inside 16 bytes) load whole 16-byte chunks 16 bytes at a time, from their
+  first chunk; the head before it and the tail after the last are peeled off, a few
+  elements that the first tile's program loads, reduces and writes with its own.
 """
 
 import functools
@@ -51,12 +55,13 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 # A tile is TILE_BYTES (8192 float32 or 16384 half columns), 64 elements for each thread.
-# Rows that cannot be loaded 16 bytes at a time (aligned() is False) take a register for
-# each 16-bit element: their tiles are 8192 columns in every dtype. Swept on the H200.
+# Rows that load an element at a time (neither aligned() nor peel()-able) take a register
+# for each 16-bit element: their tiles are 8192 columns in every dtype. Swept on the H200.
 TILE_BYTES = 32768
 TILE_PER_THREAD = 64
-# Held, aligned 16-bit tiles compiled for 48 registers per thread (Triton's maxnreg, NVIDIA
-# only): 5 programs of 8 warps fit an SM instead of 4, so more loads are in flight.
+# Held 16-bit tiles loaded 16 bytes at a time, compiled for 48 registers per thread
+# (Triton's maxnreg, NVIDIA only): 5 programs of 8 warps fit an SM instead of 4, so more
+# loads are in flight.
 HALF_TILE_REGS = 48
 # Lagged tiles: a program writes the tile a row plus LAG_PER_SM tickets per SM below
 # its own: late enough for that row to be reduced, soon enough to read it again from L2.
@@ -91,6 +96,19 @@ def _unseen(x, ALIGNED: tl.constexpr):  # noqa: ANN202 - a tensor of Triton's, a
         return bits.to(x.dtype, bitcast=True)
     else:
         return x
+
+
+@triton.jit
+def _edges(row_start, n_cols, tile, CHUNK: tl.constexpr):  # noqa: ANN202 - Triton's tensors
+    """A row's head (before its first whole chunk of CHUNK elements) and tail (after its
+    last), fewer than CHUNK elements each: their offsets from in_ptr, and which are
+    there, for the row's first tile alone."""
+    body = (row_start + CHUNK - 1) // CHUNK * CHUNK
+    body_end = (row_start + n_cols) // CHUNK * CHUNK
+    i = tl.arange(0, 2 * CHUNK)
+    at = tl.where(i < CHUNK, row_start, tl.maximum(body, body_end) - CHUNK) + i
+    end = tl.where(tile == 0, row_start + n_cols, row_start)
+    return at, (at < end) & ((i >= CHUNK) | (at < body))
 
 
 @triton.jit
@@ -129,10 +147,13 @@ def softmax_long_rows_kernel(
     n_cols,
     in_row_stride,
     in_col_stride,
+    lead,
+    out_row_shift,
     n_tiles,
     BLOCK_N: tl.constexpr,
     TILES: tl.constexpr,
     ALIGNED: tl.constexpr,
+    PEELED: tl.constexpr,
     TICKET: tl.constexpr,
 ):
     # TICKET: ticket k is tile k % n_tiles of row k // n_tiles. As tickets come in start
@@ -148,26 +169,43 @@ def softmax_long_rows_kernel(
         k = tl.program_id(0)
     row = (k // n_tiles).to(tl.int64)
     tile = k % n_tiles
-    start = tile * BLOCK_N
     cols = tl.arange(0, BLOCK_N)
-    mask = cols < n_cols - start
+    if PEELED:
+        # in_ptr is on 16 bytes, row 0 starts `lead` elements in. Tiles cover the row's
+        # whole 16-byte chunks: their offsets and bounds multiples of CHUNK, as Triton
+        # sees, so it loads (and, where out's rows lie on the same chunks, out_row_shift
+        # and lead then multiples of 16, stores) 16 bytes at a time.
+        CHUNK: tl.constexpr = 128 // in_ptr.dtype.element_ty.primitive_bitwidth
+        row_start = lead + row * in_row_stride
+        start = (row_start + CHUNK - 1) // CHUNK * CHUNK + tile * BLOCK_N
+        src = in_ptr + start + cols
+        mask = cols < (row_start + n_cols) // CHUNK * CHUNK - start
+        # Out's row r is in's row r shifted by r * (n_cols - in_row_stride) - lead.
+        out_start = row * out_row_shift - lead + start
+    else:
+        start = tile * BLOCK_N
+        src = in_ptr + row * in_row_stride + start * in_col_stride + cols * in_col_stride
+        mask = cols < n_cols - start
+        out_start = row * n_cols + start
     scope("", "load")
     # ALIGNED, the tile waits in its own dtype: a half tile in half the registers of its
     # float32 values, so more programs fit an SM, with more loads in flight.
-    x = tl.load(
-        in_ptr + row * in_row_stride + start * in_col_stride + cols * in_col_stride,
-        mask=mask,
-        other=-float("inf"),
-    )
+    x = tl.load(src, mask=mask, other=-float("inf"))
     scope("load", "partials")
     m = tl.max(x.to(tl.float32), axis=0)
+    if PEELED:  # the head and the tail, an element at a time
+        at, edge = _edges(row_start, n_cols, tile, CHUNK)
+        x_edge = tl.load(in_ptr + at, mask=edge, other=-float("inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x_edge, axis=0))
     # A tile of nothing but -inf has m = -inf, and its exponentials are 0, not
     # exp(-inf - -inf) = NaN. exp2 of a scaled difference: three instructions an element,
     # where tl.exp takes six.
     base = tl.where(m == -float("inf"), 0.0, m)
     e = tl.exp2((_unseen(x, ALIGNED).to(tl.float32) - base) * LOG2E)
-    slots = slot_ptr + LINE_SLOTS + row * TILES
-    row_max, row_sum = _merged(slots, tile, m, tl.sum(e, axis=0), n_tiles, TILES)
+    s = tl.sum(e, axis=0)
+    if PEELED:
+        s += tl.sum(tl.exp2((x_edge - base) * LOG2E), axis=0)
+    row_max, row_sum = _merged(slot_ptr + LINE_SLOTS + row * TILES, tile, m, s, n_tiles, TILES)
     scope("merge", "store")
     if ALIGNED:
         # exp(x - M) * (1 / S), converting the tile again. tl.exp here, not exp2: with it,
@@ -178,8 +216,13 @@ def softmax_long_rows_kernel(
         # Loaded an element a register, the tile takes as many registers as its float32
         # exponentials: those waited instead, and are scaled, not computed again.
         y = e * (tl.exp(m - row_max) / row_sum)
-    out = out_ptr + row * n_cols + start + cols
-    tl.store(out, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + out_start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if PEELED:
+        # Loaded again (from L2), not held through the wait: half the spills at 48 registers.
+        at, edge = _edges(row_start, n_cols, tile, CHUNK)
+        x_edge = tl.load(in_ptr + at, mask=edge, other=-float("inf")).to(tl.float32)
+        y_edge = tl.exp(x_edge - row_max) * (1.0 / row_sum)
+        tl.store(out_ptr + out_start - start + at, y_edge.to(out_ptr.dtype.element_ty), mask=edge)
     scope("store", "")
 
 
@@ -278,11 +321,26 @@ def aligned(rows: torch.Tensor) -> bool:
     length of multiples of 16 elements (what Triton specialises integers on), data on 16.
     A traced (fake) tensor has no data: its storage is taken as aligned, as torch's are."""
     row_stride, col_stride = rows.stride()
+    multiples = row_stride % 16 == 0 and rows.shape[1] % 16 == 0
+    return col_stride == 1 and multiples and misalignment(rows) == 0
+
+
+def misalignment(rows: torch.Tensor) -> int:
+    """How many bytes past a multiple of 16 rows' data starts."""
     try:
-        start = rows.data_ptr()
+        return rows.data_ptr() % 16
     except RuntimeError:  # no data while torch.compile traces
-        start = rows.storage_offset() * rows.element_size()
-    return col_stride == 1 and row_stride % 16 == 0 and rows.shape[1] % 16 == 0 and start % 16 == 0
+        return rows.storage_offset() * rows.element_size() % 16
+
+
+def peel(rows: torch.Tensor) -> int | None:
+    """Where rows (2-D) that are not aligned() still load 16 bytes at a time, peeled: the
+    elements between the 16 bytes their first row starts in and that start. None where
+    they cannot: a column stride other than 1, or those 16 bytes begin before the storage."""
+    lead = misalignment(rows) // rows.element_size()
+    if rows.stride(1) != 1 or lead > rows.storage_offset():
+        return None
+    return lead
 
 
 def usable_sms(n_sms: int, env: dict = os.environ) -> int:
@@ -304,13 +362,13 @@ def usable_sms(n_sms: int, env: dict = os.environ) -> int:
 
 @functools.cache
 def plan(n_rows: int, n_cols: int, itemsize: int, aligned_rows: bool, device: int | None) -> Plan:
-    """The Plan for rows of n_cols itemsize-byte elements, aligned() or not, on a GPU
-    (device: its index) or in the interpreter (device: None). Rows are held where the SMs
-    this process may use hold every tile of a row at once (one program per SM always
-    fits), taken by program id where they hold every tile of every row; the interpreter
-    runs one program at a time, so it never holds. That assumes no other kernel fills the
-    SMs meanwhile: held launches on several streams at once can wait on each other's
-    programs."""
+    """The Plan for rows of n_cols itemsize-byte elements that load 16 bytes at a time
+    (aligned_rows: aligned() or peeled) or not, on a GPU (device: its index) or in the
+    interpreter (device: None). Rows are held where the SMs this process may use hold
+    every tile of a row at once (one program per SM always fits), taken by program id
+    where they hold every tile of every row; the interpreter runs one program at a time,
+    so it never holds. That assumes no other kernel fills the SMs meanwhile: held
+    launches on several streams at once can wait on each other's programs."""
     n_sms, warp_size = 0, 32
     if device is not None:
         props = torch.cuda.get_device_properties(device)
@@ -337,7 +395,9 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
     wrap(kernel) where given: torch.library.wrap_triton in softmax_op.py's op."""
     n_rows, n_cols = map(int, rows.shape)  # ints, also where torch.compile traces SymInts
     is_aligned = aligned(rows)
-    p = plan(n_rows, n_cols, rows.element_size(), is_aligned, rows.device.index)
+    lead = None if is_aligned else peel(rows)
+    vectors = is_aligned or lead is not None
+    p = plan(n_rows, n_cols, rows.element_size(), vectors, rows.device.index)
     kernel = p.kernel if wrap is None else wrap(p.kernel)
     args = dict(
         out_ptr=out,
@@ -364,6 +424,10 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
             lag=p.lag,
         )
         return
+    peeled = lead is not None
+    if peeled:  # from the 16 bytes the first row starts in, on 16 as Triton sees
+        rows = rows.as_strided(rows.shape, rows.stride(), rows.storage_offset() - lead)
+        args["in_ptr"] = rows
     if p.maxnreg and wrap is None:  # an NVIDIA option, which wrap_triton does not pass on
         args["maxnreg"] = p.maxnreg
     # The ticket, then each row's slots, zeroed (empty) on every call, CUDA-graph
@@ -372,7 +436,10 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
     kernel[p.grid](
         **args,
         slot_ptr=slots,
-        ALIGNED=is_aligned,
+        lead=lead or 0,
+        out_row_shift=n_cols - rows.stride(0),
+        ALIGNED=vectors,
+        PEELED=peeled,
         TICKET=p.ticket,
     )
 
