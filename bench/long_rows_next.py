@@ -34,6 +34,9 @@ Where it differs from long_rows.py (nothing here is measured yet):
   a row start inside 16 bytes) load whole 16-byte chunks 16 bytes at a time, from their
   first chunk; the head before it and the tail after the last are peeled off, a few
   elements that the first tile's program loads, reduces and writes with its own.
+- Whole float32 rows: rows of up to WHOLE_ROW_COLS float32 columns, where there are
+  enough of them to fill the GPU, are held whole by one program of 16 warps, in
+  softmax.py's kernel: no partials at all.
 """
 
 import functools
@@ -70,6 +73,11 @@ MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most 
 # Held rows' slots, 16 int64s to 128 bytes: each row's on lines of its own, as the lagged
 # kernel's counters (faster on the H200), and the ticket on the first line, alone.
 LINE_SLOTS = tl.constexpr(16)
+# Float32 rows of up to WHOLE_ROW_COLS columns, at least WHOLE_ROWS_PER_SM of them for
+# each SM, each held whole by one program of WHOLE_ROW_WARPS warps.
+WHOLE_ROW_COLS = 32768
+WHOLE_ROWS_PER_SM = 8
+WHOLE_ROW_WARPS = 16
 COUNTER_STRIDE = tl.constexpr(32)  # int32s: each row's arrival counter on its own 128 bytes
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 AMD = tl.constexpr(torch.version.hip is not None)  # kernels read only constexpr globals
@@ -303,7 +311,8 @@ class Plan(NamedTuple):
     grid; the tiles a row is cut into (n_tiles; tiles, n_tiles padded to a power of two,
     at most MERGE_TILES, and held, to at least a line of slots), the lag in tickets
     between reducing a tile and writing it (0: held), maxnreg (0: the compiler's choice)
-    and whether held tiles are taken by ticket (else by program id)."""
+    and whether held tiles are taken by ticket (else by program id). Whole rows launch
+    softmax.py's kernel, a row a program: block_n its padded columns, one tile a row."""
 
     kernel: triton.JITFunction
     block_n: int
@@ -364,15 +373,20 @@ def usable_sms(n_sms: int, env: dict = os.environ) -> int:
 def plan(n_rows: int, n_cols: int, itemsize: int, aligned_rows: bool, device: int | None) -> Plan:
     """The Plan for rows of n_cols itemsize-byte elements that load 16 bytes at a time
     (aligned_rows: aligned() or peeled) or not, on a GPU (device: its index) or in the
-    interpreter (device: None). Rows are held where the SMs this process may use hold
-    every tile of a row at once (one program per SM always fits), taken by program id
-    where they hold every tile of every row; the interpreter runs one program at a time,
-    so it never holds. That assumes no other kernel fills the SMs meanwhile: held
+    interpreter (device: None). Float32 rows of up to WHOLE_ROW_COLS columns are held
+    whole, a row a program, where there are WHOLE_ROWS_PER_SM for each SM. Longer rows are
+    held where the SMs this process may use hold every tile of a row at once (one program
+    per SM always fits), taken by program id where they hold every tile of every row;
+    the interpreter runs one program at a time, so it never holds a tile (a whole row
+    waits for nothing). That assumes no other kernel fills the SMs meanwhile: held
     launches on several streams at once can wait on each other's programs."""
     n_sms, warp_size = 0, 32
     if device is not None:
         props = torch.cuda.get_device_properties(device)
         n_sms, warp_size = usable_sms(props.multi_processor_count), props.warp_size
+    if itemsize == 4 and n_cols <= WHOLE_ROW_COLS and n_rows >= WHOLE_ROWS_PER_SM * n_sms:
+        block_n = triton.next_power_of_2(n_cols)
+        return Plan(fused.softmax_kernel, block_n, WHOLE_ROW_WARPS, (n_rows,), 1, 1, ticket=False)
     tile = TILE_BYTES // (itemsize if aligned_rows else 4)
     num_warps = max(1, tile // (TILE_PER_THREAD * warp_size))
     n_tiles = triton.cdiv(n_cols, tile)
@@ -406,11 +420,13 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
         n_cols=n_cols,
         in_row_stride=rows.stride(0),
         in_col_stride=rows.stride(1),
-        n_tiles=p.n_tiles,
         BLOCK_N=p.block_n,
-        TILES=p.tiles,
         num_warps=p.num_warps,
     )
+    if p.kernel is fused.softmax_kernel:
+        kernel[p.grid](**args, BLOCK_M=1)
+        return
+    args.update(n_tiles=p.n_tiles, TILES=p.tiles)
     if p.lag:
         # Each tile's max and sum; the ticket counter and each row's arrivals, 128 bytes
         # apart (faster on the H200), zeroed on every call, CUDA-graph replays included.

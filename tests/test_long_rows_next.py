@@ -1,11 +1,11 @@
 """bench/long_rows_next.py, the candidate for the next long_rows.py: packed partials, small
-batches by program id, peeled rows; its plan, its launch, its kernels against
-torch.softmax, and what Triton compiles them to for sm_90 and gfx942.
+batches by program id, peeled rows, whole float32 rows; its plan, its launch, its kernels
+against torch.softmax, and what Triton compiles them to for sm_90 and gfx942.
 
 In Triton's interpreter one program runs at a time, so a held tile can only wait for
 itself: the held kernel runs here with one tile a row (planned for a GPU whose SMs hold
-them), lagged tiles as they come. The tests marked gpu run every path on a real GPU at
-full size, at the logits' vocabularies.
+them), whole rows and lagged tiles as they come. The tests marked gpu run every path on a
+real GPU at full size, at the logits' vocabularies.
 """
 
 import json
@@ -39,8 +39,10 @@ def fresh_plans():
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    """Tiles of 32 bytes (8 float32 or 16 half columns), so that short rows span tiles."""
+    """Tiles of 32 bytes (8 float32 or 16 half columns), so that short rows span tiles;
+    whole rows of at most 8 float32 columns, so that longer ones are tiled."""
     monkeypatch.setattr(lr, "TILE_BYTES", 32)
+    monkeypatch.setattr(lr, "WHOLE_ROW_COLS", 8)
 
 
 def on_a_gpu(monkeypatch, sms, tile_bytes=None, **kernels):
@@ -95,6 +97,20 @@ def vectors(x):
 def test_lagged_tiles_match_torch(shape, dtype):
     assert lr.plan(*shape, dtype.itemsize, False, None).kernel is lr.softmax_long_rows_lagged_kernel
     check(randn(*shape, dtype), lr.softmax)
+
+
+def test_whole_float32_rows_in_the_interpreter():
+    # A whole row waits for nothing: the interpreter runs it as it comes.
+    p = lr.plan(3, 20000, 4, True, None)
+    assert p.kernel is sm.softmax_kernel and p.grid == (3,) and p.block_n == 32768
+    assert not p.ticket
+    x = randn(4, 20000, scale=10)
+    x[1, :] = -float("inf")
+    x[2, 7] = float("nan")
+    y = check(x, lr.softmax)
+    assert y[1].isnan().all() and y[2].isnan().all() and torch.isfinite(y[3]).all()
+    assert lr.plan(3, 32769, 4, True, None).kernel is lr.softmax_long_rows_lagged_kernel
+    assert lr.plan(3, 20000, 2, True, None).kernel is lr.softmax_long_rows_lagged_kernel
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -218,6 +234,7 @@ def test_rows_peel_where_their_columns_are_contiguous_and_storage_starts_on_16()
 
 
 def test_the_command_line_checks_long_rows():
+    # Float32 rows of 20000 columns: whole rows, in the interpreter.
     p = run(sys.executable, "bench/long_rows_next.py", "--rows", 2, "--cols", 20000)
     assert p.returncode == 0 and p.stdout.endswith("softmax: PASS\n"), p.stderr
     assert "rows=2 cols=20000" in p.stdout
@@ -279,18 +296,34 @@ def test_an_mps_share_takes_tickets_sooner(monkeypatch):
     assert lr.plan(16, 128256, 2, True, 0).ticket
 
 
+@pytest.mark.parametrize("amd", [False, True], ids=["nvidia", "amd"])
+def test_whole_float32_rows_where_they_fill_the_gpu(monkeypatch, amd):
+    # At least 8 rows an SM of up to 32768 float32 columns: a row a program of 16 warps
+    # (32 lanes or 64), in softmax.py's kernel. Fewer rows, or longer, or half: tiles.
+    monkeypatch.setattr(lr, "AMD", tl.constexpr(amd))
+    gpu(monkeypatch, sms=132, warp_size=64 if amd else 32)
+    for cols in (16385, 32000, 32768):
+        p = lr.plan(8 * 132, cols, 4, True, 0)
+        assert p.kernel is sm.softmax_kernel and p.grid == (8 * 132,)
+        assert p.block_n == 32768 and p.num_warps == 16 and p.n_tiles == 1
+    assert lr.plan(8 * 132 - 1, 32000, 4, True, 0).kernel is lr.softmax_long_rows_kernel
+    assert lr.plan(8 * 132, 32769, 4, True, 0).kernel is lr.softmax_long_rows_kernel
+    assert lr.plan(8 * 132, 32000, 2, True, 0).kernel is lr.softmax_long_rows_kernel
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["eager", "op"])
 def test_the_launch_on_a_gpu(monkeypatch, wrapped):
     # Held tiles get their layout (ALIGNED, PEELED with its lead and out's shift), TICKET
     # and empty slots, and maxnreg (16-bit, outside the op: wrap_triton does not pass it
-    # on); lagged tiles their lag and counters.
-    held_, lagged = Recorder(), Recorder()
+    # on); lagged tiles their lag and counters; whole rows softmax.py's arguments.
+    held_, lagged, whole = Recorder(), Recorder(), Recorder()
     on_a_gpu(
         monkeypatch,
         132,
         softmax_long_rows_kernel=held_,
         softmax_long_rows_lagged_kernel=lagged,
     )
+    monkeypatch.setattr(sm, "softmax_kernel", whole)
     wrap = (lambda kernel: kernel) if wrapped else None
     x = randn(2, 2 * 16384, torch.float16)
     lr.launch(x, torch.empty_like(x), wrap)
@@ -300,7 +333,7 @@ def test_the_launch_on_a_gpu(monkeypatch, wrapped):
     assert args["ALIGNED"] and not args["PEELED"] and not args["TICKET"]
     assert args["slot_ptr"].shape == (16 + 2 * 16,) and not args["slot_ptr"].any()
     assert args.get("maxnreg") == (None if wrapped else lr.HALF_TILE_REGS)
-    assert "lag" not in args and lagged.launches == []
+    assert "lag" not in args and lagged.launches == [] and whole.launches == []
     x = randn(2, 50257, torch.bfloat16)  # peeled: 16-byte loads, tiles of 16384 columns
     lr.launch(x, torch.empty_like(x), wrap)
     grid, args = held_.launches[-1]
@@ -312,6 +345,10 @@ def test_the_launch_on_a_gpu(monkeypatch, wrapped):
     ((grid, args),) = lagged.launches
     assert args["lag"] == 200 + lr.LAG_PER_SM * 132 and grid == (400 + args["lag"],)
     assert args["counter_ptr"].shape == (3, lr.COUNTER_STRIDE.value)
+    lr.launch(randn(8 * 132, 20000), torch.empty(8 * 132, 20000, device=sm.DEVICE))
+    ((grid, args),) = whole.launches
+    assert grid == (8 * 132,) and args["BLOCK_M"] == 1 and args["BLOCK_N"] == 32768
+    assert args["num_warps"] == 16 and "slot_ptr" not in args
 
 
 # What Triton compiles the kernels to, for an H100/H200 (sm_90) and an MI300X (gfx942),
@@ -510,7 +547,8 @@ def n_sms():
 def test_gpu_peeled_rows(dtype, cols, rows):
     x = randn(rows, cols, dtype, scale=10)
     assert not lr.aligned(x) and lr.peel(x) == 0
-    assert gpu_plan(x).kernel is lr.softmax_long_rows_kernel
+    whole = dtype == torch.float32 and cols <= lr.WHOLE_ROW_COLS and rows >= 8 * n_sms()
+    assert gpu_plan(x).kernel is (sm.softmax_kernel if whole else lr.softmax_long_rows_kernel)
     x[:, 0] = x[:, -1] = 100.0  # head and tail the largest
     if rows > 1:
         x[1, :] = -float("inf")  # a row of -inf: NaN, as torch gives
@@ -529,6 +567,20 @@ def test_gpu_small_batches_by_program_id(dtype, cols, rows):
     p = gpu_plan(x)
     assert p.kernel is lr.softmax_long_rows_kernel
     assert p.ticket == (rows * p.n_tiles > lr.usable_sms(n_sms()))
+    check(x, lr.softmax)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [16385, 20000, 32000, 32768])
+def test_gpu_whole_float32_rows(cols):
+    x = randn(8 * n_sms(), cols, scale=10)
+    assert gpu_plan(x).kernel is sm.softmax_kernel
+    x[1, :] = -float("inf")
+    x[2, 5] = float("nan")
+    y = check(x, lr.softmax)
+    assert y[1].isnan().all() and y[2].isnan().all()
+    x = randn(8 * n_sms() - 1, cols)
+    assert gpu_plan(x).kernel is lr.softmax_long_rows_kernel
     check(x, lr.softmax)
 
 
@@ -563,6 +615,8 @@ def path_inputs(dtype):
     yield "held, ticket", randn(64, 16 * tile, dtype), held_, True
     yield "peeled", randn(3, 50257, dtype), held_, False
     yield "lagged", randn(4, (sms + 1) * tile, dtype), lr.softmax_long_rows_lagged_kernel, True
+    if dtype == torch.float32:
+        yield "whole rows", randn(8 * sms, 20000, dtype), sm.softmax_kernel, False
 
 
 @pytest.mark.gpu
