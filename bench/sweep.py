@@ -34,7 +34,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import report  # noqa: E402
-
 import softmax as sm  # noqa: E402 - first: it picks Triton's interpreter where no GPU is
 
 # isort: split

@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import ROOT
 
 import recipe as rc
+from conftest import ROOT
 
 # The files a payload is: every top-level script (a module that defines main; the others
 # are libraries the scripts import), found rather than listed (an example may be deleted

@@ -8,11 +8,11 @@ import statistics
 import sys
 
 import pytest
-from conftest import ROOT, run
 
 import captures
 import compare
 import parse_hatchet as ph
+from conftest import ROOT, run
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TREE = FIXTURES / "h200-softmax-python.hatchet"  # make profile of the example, 20 + 1 launches

@@ -7,6 +7,7 @@ import shlex
 import shutil
 
 import pytest
+
 from conftest import ROOT, run
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()

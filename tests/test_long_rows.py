@@ -10,11 +10,11 @@ import sys
 
 import pytest
 import torch
-from conftest import run
-from test_softmax import DTYPES, Recorder, check, gpu, randn
 
 import long_rows as lr
 import softmax as sm
+from conftest import run
+from test_softmax import DTYPES, Recorder, check, gpu, randn
 
 
 @pytest.fixture(autouse=True)

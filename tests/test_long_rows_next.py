@@ -14,11 +14,11 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, run
-from test_softmax import DTYPES, Recorder, check, gpu, randn
 
 # softmax.py first: it picks Triton's interpreter where there is no GPU, before Triton loads.
 import softmax as sm
+from conftest import ROOT, run
+from test_softmax import DTYPES, Recorder, check, gpu, randn
 
 # isort: split
 import triton

@@ -8,6 +8,7 @@ import shlex
 import shutil
 
 import pytest
+
 from conftest import ROOT, run
 
 VECTOR_ADD = "tests/payloads/vector_add.py"

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run
 
 import captures
 import parse_hatchet as ph
 import views
+from conftest import ROOT, run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -22,10 +22,10 @@ from types import SimpleNamespace
 import pytest
 import triton
 import yaml
-from conftest import ROOT, run
 
 import proton_launch
 import recipe as rc
+from conftest import ROOT, run
 
 PROFILE = ROOT / "profile.sh"
 LAUNCH = str(ROOT / "proton_launch.py")

@@ -8,10 +8,10 @@ import shutil
 import sys
 
 import pytest
-from conftest import ROOT, run
 
 import captures
 import parse_hatchet as ph
+from conftest import ROOT, run
 
 README = (ROOT / "README.md").read_text()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 import yaml
-from conftest import ROOT, run
 
 import softmax as sm
+from conftest import ROOT, run
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 

@@ -11,13 +11,13 @@ import sys
 
 import pytest
 import torch
-from conftest import run
-from test_softmax import DTYPES, check, ours
 
 import long_rows as lr
 import softmax as sm
 import softmax_op
+from conftest import run
 from softmax_op import softmax
+from test_softmax import DTYPES, check, ours
 
 
 @pytest.fixture

@@ -2,9 +2,8 @@
 
 import re
 
-from conftest import ROOT
-
 import softmax as sm
+from conftest import ROOT
 
 
 def test_the_run_output_is_what_make_run_prints(capsys):
