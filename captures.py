@@ -498,21 +498,23 @@ class Chains:
         return found, True
 
     def texts(self, chains: list, names: dict) -> dict:
-        """Each of chains as "file:line function > ...", outermost first (frame_text),
-        each link's text worked out once."""
-        texts, out = {}, {}
+        """Each of chains as "file:line function > ...", outermost first (frame_text): a
+        chain's text is its parent's and its last link's, each worked out once; of a chain
+        deeper than MAX_FRAMES, its innermost MAX_FRAMES below a count of the rest."""
+        shown, out = {0: ""}, {}
         for chain in chains:
-            links, link = [], chain
-            while link and len(links) < MAX_FRAMES:
-                links.append(link)
+            if self.depths[chain] > MAX_FRAMES:
+                out[chain] = " > ".join(frame_text(f, names) for f in self.frames(chain))
+                continue
+            path, link = [], chain
+            while link not in shown:
+                path.append(link)
                 link = self.links[link][0]
-            shown = [f"[{self.depths[link]} outer frames]"] if link else []
-            for link in reversed(links):
-                if link not in texts:
-                    _, frame, repeats = self.links[link]
-                    texts[link] = frame_text([*frame, repeats], names)
-                shown.append(texts[link])
-            out[chain] = " > ".join(shown)
+            for link in reversed(path):
+                parent, frame, repeats = self.links[link]
+                text = frame_text([*frame, repeats], names)
+                shown[link] = f"{shown[parent]} > {text}" if parent else text
+            out[chain] = shown[chain]
         return out
 
     def frames(self, chain: int) -> list:
