@@ -26,7 +26,8 @@ Where it differs from long_rows.py (nothing here is measured yet):
   slot, written by one relaxed atomic exchange, and waits by reading its row's slots
   atomically until none is empty: the partials are their own arrival, with no counter
   and no acquire/release pair. Atomic reads, not volatile loads, so that no compiler
-  may hoist the wait's load out of its loop (the AMD backend did, and hung).
+  may hoist the wait's load out of its loop (compiled for gfx942, a volatile vector
+  load is hoisted: a wait that never ends).
 - No ticket for small batches: where every tile of every row has an SM of its own, all
   programs run at once, and each takes its tile by program id, with no atomic ticket.
   Elsewhere the ticket is a relaxed atomic, as it orders no other memory.
