@@ -29,7 +29,11 @@ if not torch.cuda.is_available():
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-import triton.profiler.language as pl  # noqa: E402
+
+# Imported by name: torch.compile copies a kernel's source with the globals it names, and
+# brings along functions imported from Triton, but not a module such as
+# triton.profiler.language.
+from triton.profiler.language import enter_scope, exit_scope  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
@@ -67,9 +71,9 @@ def scope(ended: tl.constexpr, started: tl.constexpr):
     """Ends the scope `ended` and starts `started` ("" for none)."""
     if SCOPES:
         if ended != "":
-            pl.exit_scope(ended)
+            exit_scope(ended)
         if started != "":
-            pl.enter_scope(started)
+            enter_scope(started)
 
 
 @triton.jit(launch_metadata=launch_metadata)

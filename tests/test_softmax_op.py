@@ -6,6 +6,8 @@ alike); torch.library.opcheck and torch.compile cannot run there, as both trace 
 fake tensors, whose storage the interpreter cannot reach: those tests are marked gpu.
 """
 
+import ast
+import builtins
 import json
 import sys
 
@@ -15,7 +17,7 @@ import torch
 import long_rows as lr
 import softmax as sm
 import softmax_op
-from conftest import run
+from conftest import ROOT, run
 from softmax_op import softmax
 from test_softmax import DTYPES, check, ours
 
@@ -118,6 +120,64 @@ def test_the_op_is_registered_with_its_backward():
     torch.testing.assert_close(y, torch.softmax(x, -1), atol=1e-6, rtol=0)
     dx = torch.ops.triton_softmax.softmax_backward(y, torch.ones_like(y))
     assert dx.abs().max() < 1e-6  # the gradient of a sum of probabilities: 0
+
+
+def copied_kernels() -> None:
+    """In a process of its own (see `copies`): the source torch.compile writes for each
+    kernel of softmax.py, long_rows.py and softmax_op.py, the functions it calls
+    included, printed as JSON."""
+    import triton
+    from torch._inductor.codegen.wrapper import (
+        user_defined_triton_kernel_transitive_closure_source_code as copy,
+    )
+
+    found = {}
+    for module in (sm, lr, softmax_op):
+        for name, value in vars(module).items():
+            if isinstance(value, triton.JITFunction) and value.fn.__module__ == module.__name__:
+                found[name] = copy(value)
+    print(json.dumps(found))
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory):
+    """copied_kernels() run where Triton compiles: softmax.py picks the interpreter where
+    torch sees no GPU, and Inductor copies only compiled kernels, so that process lets
+    torch see one (nothing launches)."""
+    code = (
+        "import sys, torch; torch.cuda.is_available = lambda: True; "
+        f"sys.path[:0] = [{str(ROOT / 'tests')!r}]; "
+        "import test_softmax_op; test_softmax_op.copied_kernels()"
+    )
+    p = run(sys.executable, "-c", code, env={"TRITON_INTERPRET": "0"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+def unbound(source: str) -> set[str]:
+    """The names source reads that neither it nor the header of Inductor's copy (triton,
+    tl) defines."""
+    tree = ast.parse(source)
+    defined = {"triton", "tl", *dir(builtins)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            defined |= {node.name, *(a.arg for a in node.args.args + node.args.kwonlyargs)}
+        elif isinstance(node, ast.alias):
+            defined.add(node.asname or node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+    return {
+        node.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+    } - defined
+
+
+def test_torch_compile_s_copy_of_each_kernel_names_only_what_it_defines(copies):
+    """torch.compile compiles its own copy of a kernel launched through wrap_triton: a
+    name the copy lacks (a module such as triton.profiler.language) stops compilation."""
+    assert {"softmax_kernel", "softmax_backward_kernel", "scope"} <= copies.keys()
+    assert {name: unbound(source) for name, source in copies.items() if unbound(source)} == {}
 
 
 # On the GPU: the op's registration checked by PyTorch, and torch.compile of a caller.
