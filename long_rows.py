@@ -18,6 +18,25 @@ that programs already running hold, and neither kernel can deadlock:
 - softmax_long_rows_lagged_kernel elsewhere (rows of more tiles than SMs, the
   interpreter): each program writes the tile reduced a fixed number of tickets earlier,
   read a second time from L2.
+
+What makes them fast at a vocabulary's logits (32,000 to 256,000 columns):
+
+- Packed partials. softmax_long_rows_kernel publishes a tile's max and sum as one 64-bit
+  slot, written by one relaxed atomic exchange, and waits by reading its row's slots
+  atomically until none is empty: the partials are their own arrival, with no counter
+  and no acquire/release pair. Atomic reads, not volatile loads, so that no compiler
+  may hoist the wait's load out of its loop (compiled for gfx942, a volatile vector
+  load is hoisted: a wait that never ends).
+- No ticket for small batches: where every tile of every row has an SM of its own, all
+  programs run at once, and each takes its tile by program id, with no atomic ticket.
+  Elsewhere the ticket is a relaxed atomic, as it orders no other memory.
+- Peeled rows: rows that are not aligned() but have a column stride of 1 (50257 columns,
+  a row start inside 16 bytes) load whole 16-byte chunks 16 bytes at a time, from their
+  first chunk; the head before it and the tail after the last are peeled off, a few
+  elements that the first tile's program loads, reduces and writes with its own.
+- Whole float32 rows: rows of up to WHOLE_ROW_COLS float32 columns, where there are
+  enough of them to fill the GPU, are held whole by one program of 16 warps, in
+  softmax.py's kernel: no partials at all.
 """
 
 import functools
@@ -36,20 +55,30 @@ import triton
 import triton.language as tl
 
 # A tile is TILE_BYTES (8192 float32 or 16384 half columns), 64 elements for each thread.
-# Rows that cannot be loaded 16 bytes at a time (aligned() is False) take a register for
-# each 16-bit element: their tiles are 8192 columns in every dtype. Swept on the H200.
+# Rows that load an element at a time (neither aligned() nor peel()-able) take a register
+# for each 16-bit element: their tiles are 8192 columns in every dtype. Swept on the H200.
 TILE_BYTES = 32768
 TILE_PER_THREAD = 64
-# Held, aligned 16-bit tiles compiled for 48 registers per thread (Triton's maxnreg, NVIDIA
-# only): 5 programs of 8 warps fit an SM instead of 4, so more loads are in flight.
+# Held 16-bit tiles loaded 16 bytes at a time, compiled for 48 registers per thread
+# (Triton's maxnreg, NVIDIA only): 5 programs of 8 warps fit an SM instead of 4, so more
+# loads are in flight.
 HALF_TILE_REGS = 48
 # Lagged tiles: a program writes the tile a row plus LAG_PER_SM tickets per SM below
 # its own: late enough for that row to be reduced, soon enough to read it again from L2.
 LAG_PER_SM = 2
 MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
+# Held rows' slots, 16 int64s to 128 bytes: each row's on lines of its own, as the lagged
+# kernel's counters (faster on the H200), and the ticket on the first line, alone.
+LINE_SLOTS = tl.constexpr(16)
+# Float32 rows of up to WHOLE_ROW_COLS columns, at least WHOLE_ROWS_PER_SM of them for
+# each SM, each held whole by one program of WHOLE_ROW_WARPS warps.
+WHOLE_ROW_COLS = 32768
+WHOLE_ROWS_PER_SM = 8
+WHOLE_ROW_WARPS = 16
 COUNTER_STRIDE = tl.constexpr(32)  # int32s: each row's arrival counter on its own 128 bytes
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 AMD = tl.constexpr(torch.version.hip is not None)  # kernels read only constexpr globals
+PTX = tl.constexpr(not AMD and not fused.INTERPRET)  # inline PTX: compiled for NVIDIA
 
 
 @triton.jit
@@ -58,9 +87,9 @@ def _unseen(x, ALIGNED: tl.constexpr):  # noqa: ANN202 - a tensor of Triton's, a
     LLVM neither merge nor move. Each use of a 16-bit tile then converts its pairs of
     values, as loaded, to float32 afresh; otherwise the compiler keeps the float32 values
     of one conversion alive instead, in twice the registers. Only for tiles loaded 16
-    bytes at a time (ALIGNED), whose values come in pairs; PTX, so on AMD, x. Never run
-    in the interpreter, which has no inline assembly."""
-    if tl.constexpr(ALIGNED and x.dtype.primitive_bitwidth == 16 and not AMD):
+    bytes at a time (ALIGNED), whose values come in pairs; PTX, so on AMD and in the
+    interpreter (which has no inline assembly), x."""
+    if tl.constexpr(ALIGNED and x.dtype.primitive_bitwidth == 16 and PTX):
         bits = tl.inline_asm_elementwise(
             "mov.b32 $0, $1;",
             "=r,r",
@@ -74,63 +103,114 @@ def _unseen(x, ALIGNED: tl.constexpr):  # noqa: ANN202 - a tensor of Triton's, a
         return x
 
 
+@triton.jit
+def _edges(row_start, n_cols, tile, CHUNK: tl.constexpr):  # noqa: ANN202 - Triton's tensors
+    """A row's head (before its first whole chunk of CHUNK elements) and tail (after its
+    last), fewer than CHUNK elements each: their offsets from in_ptr, and which are
+    there, for the row's first tile alone."""
+    body = (row_start + CHUNK - 1) // CHUNK * CHUNK
+    body_end = (row_start + n_cols) // CHUNK * CHUNK
+    i = tl.arange(0, 2 * CHUNK)
+    at = tl.where(i < CHUNK, row_start, tl.maximum(body, body_end) - CHUNK) + i
+    end = tl.where(tile == 0, row_start + n_cols, row_start)
+    return at, (at < end) & ((i >= CHUNK) | (at < body))
+
+
+@triton.jit
+def _merged(slots, tile, m, s, n_tiles, TILES: tl.constexpr):  # noqa: ANN202
+    """The row's max and sum, once this tile's max m and sum s are in slots[tile] and
+    every other tile's in its own: the online softmax merge of the row's partials."""
+    # A slot holds a tile's max and sum as their float32 bits, high and low, and is 0
+    # while empty: no tile's pair is (+0.0, +0.0), as its sum is at least exp(0) = 1 of
+    # its max unless that max is -inf or NaN. The slot is the data it publishes, so
+    # relaxed atomics suffice; and atomic reads stay inside the loop.
+    bits = (m.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (
+        s.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    )
+    tl.atomic_xchg(slots + tile, bits, sem="relaxed")
+    scope("partials", "wait")
+    t = tl.arange(0, TILES)
+    live = t < n_tiles
+    seen = tl.atomic_add(slots + t, 0, mask=live, sem="relaxed")
+    while tl.sum(((seen == 0) & live).to(tl.int32), axis=0) > 0:
+        # Only the slots still empty are read again.
+        again = tl.atomic_add(slots + t, 0, mask=live & (seen == 0), sem="relaxed")
+        seen = tl.where(seen == 0, again, seen)
+    scope("wait", "merge")
+    m_t = tl.where(live, (seen >> 32).to(tl.int32).to(tl.float32, bitcast=True), -float("inf"))
+    s_t = tl.where(live, seen.to(tl.int32).to(tl.float32, bitcast=True), 0.0)
+    row_max = tl.max(m_t, axis=0)
+    return row_max, tl.sum(s_t * tl.exp(m_t - row_max), axis=0)
+
+
 @triton.jit(launch_metadata=launch_metadata)
 def softmax_long_rows_kernel(
     out_ptr,
     in_ptr,
-    max_ptr,
-    sum_ptr,
-    counter_ptr,
+    slot_ptr,
     n_rows,
     n_cols,
     in_row_stride,
     in_col_stride,
+    lead,
+    out_row_shift,
     n_tiles,
     BLOCK_N: tl.constexpr,
     TILES: tl.constexpr,
     ALIGNED: tl.constexpr,
+    PEELED: tl.constexpr,
+    TICKET: tl.constexpr,
 ):
-    # Ticket k is tile k % n_tiles of row k // n_tiles. As tickets come in start order,
-    # only the newest row can have tiles not started, and at most n_tiles - 1 programs
-    # wait at once: a GPU that holds n_tiles programs (plan: one per SM) always has room
-    # for the next, and every row completes. That assumes no other kernel fills the SMs
-    # meanwhile (another stream, MPS). The tile's start joins the row's scalar address.
-    ticket = tl.atomic_add(counter_ptr, 1)
-    row = (ticket // n_tiles).to(tl.int64)
-    start = (ticket % n_tiles) * BLOCK_N
+    # TICKET: ticket k is tile k % n_tiles of row k // n_tiles. As tickets come in start
+    # order, only the newest row can have tiles not started, and at most n_tiles - 1
+    # programs wait at once: a GPU that holds n_tiles programs (plan: one per SM) always
+    # has room for the next, and every row completes. Otherwise the GPU holds every
+    # program at once (plan: one per SM), in any order, and k is the program's id. Both
+    # assume no other kernel fills the SMs meanwhile (another stream, MPS). The tile's
+    # start joins the row's scalar address.
+    if TICKET:
+        k = tl.atomic_add(slot_ptr, 1, sem="relaxed").to(tl.int32)  # orders nothing else
+    else:
+        k = tl.program_id(0)
+    row = (k // n_tiles).to(tl.int64)
+    tile = k % n_tiles
     cols = tl.arange(0, BLOCK_N)
-    mask = cols < n_cols - start
+    if PEELED:
+        # in_ptr is on 16 bytes, row 0 starts `lead` elements in. Tiles cover the row's
+        # whole 16-byte chunks: their offsets and bounds multiples of CHUNK, as Triton
+        # sees, so it loads (and, where out's rows lie on the same chunks, out_row_shift
+        # and lead then multiples of 16, stores) 16 bytes at a time.
+        CHUNK: tl.constexpr = 128 // in_ptr.dtype.element_ty.primitive_bitwidth
+        row_start = lead + row * in_row_stride
+        start = (row_start + CHUNK - 1) // CHUNK * CHUNK + tile * BLOCK_N
+        src = in_ptr + start + cols
+        mask = cols < (row_start + n_cols) // CHUNK * CHUNK - start
+        # Out's row r is in's row r shifted by r * (n_cols - in_row_stride) - lead.
+        out_start = row * out_row_shift - lead + start
+    else:
+        start = tile * BLOCK_N
+        src = in_ptr + row * in_row_stride + start * in_col_stride + cols * in_col_stride
+        mask = cols < n_cols - start
+        out_start = row * n_cols + start
     scope("", "load")
     # ALIGNED, the tile waits in its own dtype: a half tile in half the registers of its
     # float32 values, so more programs fit an SM, with more loads in flight.
-    x = tl.load(
-        in_ptr + row * in_row_stride + start * in_col_stride + cols * in_col_stride,
-        mask=mask,
-        other=-float("inf"),
-    )
+    x = tl.load(src, mask=mask, other=-float("inf"))
     scope("load", "partials")
     m = tl.max(x.to(tl.float32), axis=0)
+    if PEELED:  # the head and the tail, an element at a time
+        at, edge = _edges(row_start, n_cols, tile, CHUNK)
+        x_edge = tl.load(in_ptr + at, mask=edge, other=-float("inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x_edge, axis=0))
     # A tile of nothing but -inf has m = -inf, and its exponentials are 0, not
     # exp(-inf - -inf) = NaN. exp2 of a scaled difference: three instructions an element,
     # where tl.exp takes six.
     base = tl.where(m == -float("inf"), 0.0, m)
     e = tl.exp2((_unseen(x, ALIGNED).to(tl.float32) - base) * LOG2E)
-    tl.store(max_ptr + ticket, m)
-    tl.store(sum_ptr + ticket, tl.sum(e, axis=0))
-    scope("partials", "wait")
-    # Release publishes this tile's partials with its arrival; acquire, all the others'.
-    arrived = counter_ptr + (1 + row) * COUNTER_STRIDE
-    seen = tl.atomic_add(arrived, 1, sem="acq_rel") + 1
-    while seen < n_tiles:
-        seen = tl.atomic_add(arrived, 0, sem="acquire")
-    scope("wait", "merge")
-    # The online softmax merge of the row's partials: volatile loads, after the acquire
-    # that made them visible.
-    t = tl.arange(0, TILES)
-    m_t = tl.load(max_ptr + row * n_tiles + t, mask=t < n_tiles, other=-float("inf"), volatile=True)
-    s_t = tl.load(sum_ptr + row * n_tiles + t, mask=t < n_tiles, other=0.0, volatile=True)
-    row_max = tl.max(m_t, axis=0)
-    row_sum = tl.sum(s_t * tl.exp(m_t - row_max), axis=0)
+    s = tl.sum(e, axis=0)
+    if PEELED:
+        s += tl.sum(tl.exp2((x_edge - base) * LOG2E), axis=0)
+    row_max, row_sum = _merged(slot_ptr + LINE_SLOTS + row * TILES, tile, m, s, n_tiles, TILES)
     scope("merge", "store")
     if ALIGNED:
         # exp(x - M) * (1 / S), converting the tile again. tl.exp here, not exp2: with it,
@@ -141,8 +221,13 @@ def softmax_long_rows_kernel(
         # Loaded an element a register, the tile takes as many registers as its float32
         # exponentials: those waited instead, and are scaled, not computed again.
         y = e * (tl.exp(m - row_max) / row_sum)
-    out = out_ptr + row * n_cols + start + cols
-    tl.store(out, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + out_start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if PEELED:
+        # Loaded again (from L2), not held through the wait: half the spills at 48 registers.
+        at, edge = _edges(row_start, n_cols, tile, CHUNK)
+        x_edge = tl.load(in_ptr + at, mask=edge, other=-float("inf")).to(tl.float32)
+        y_edge = tl.exp(x_edge - row_max) * (1.0 / row_sum)
+        tl.store(out_ptr + out_start - start + at, y_edge.to(out_ptr.dtype.element_ty), mask=edge)
     scope("store", "")
 
 
@@ -221,8 +306,10 @@ def softmax_long_rows_lagged_kernel(
 class Plan(NamedTuple):
     """How a long-row shape launches: the kernel, tiles of block_n columns, warps and
     grid; the tiles a row is cut into (n_tiles; tiles, n_tiles padded to a power of two,
-    at most MERGE_TILES), the lag in tickets between reducing a tile and writing it (0:
-    held), and maxnreg (0: the compiler's choice)."""
+    at most MERGE_TILES, and held, to at least a line of slots), the lag in tickets
+    between reducing a tile and writing it (0: held), maxnreg (0: the compiler's choice)
+    and whether held tiles are taken by ticket (else by program id). Whole rows launch
+    softmax.py's kernel, a row a program: block_n its padded columns, one tile a row."""
 
     kernel: triton.JITFunction
     block_n: int
@@ -232,6 +319,7 @@ class Plan(NamedTuple):
     tiles: int
     lag: int = 0
     maxnreg: int = 0
+    ticket: bool = True
 
 
 def aligned(rows: torch.Tensor) -> bool:
@@ -239,11 +327,26 @@ def aligned(rows: torch.Tensor) -> bool:
     length of multiples of 16 elements (what Triton specialises integers on), data on 16.
     A traced (fake) tensor has no data: its storage is taken as aligned, as torch's are."""
     row_stride, col_stride = rows.stride()
+    multiples = row_stride % 16 == 0 and rows.shape[1] % 16 == 0
+    return col_stride == 1 and multiples and misalignment(rows) == 0
+
+
+def misalignment(rows: torch.Tensor) -> int:
+    """How many bytes past a multiple of 16 rows' data starts."""
     try:
-        start = rows.data_ptr()
+        return rows.data_ptr() % 16
     except RuntimeError:  # no data while torch.compile traces
-        start = rows.storage_offset() * rows.element_size()
-    return col_stride == 1 and row_stride % 16 == 0 and rows.shape[1] % 16 == 0 and start % 16 == 0
+        return rows.storage_offset() * rows.element_size() % 16
+
+
+def peel(rows: torch.Tensor) -> int | None:
+    """Where rows (2-D) that are not aligned() still load 16 bytes at a time, peeled: the
+    elements between the 16 bytes their first row starts in and that start. None where
+    they cannot: a column stride other than 1, or those 16 bytes begin before the storage."""
+    lead = misalignment(rows) // rows.element_size()
+    if rows.stride(1) != 1 or lead > rows.storage_offset():
+        return None
+    return lead
 
 
 def usable_sms(n_sms: int, env: dict = os.environ) -> int:
@@ -265,16 +368,22 @@ def usable_sms(n_sms: int, env: dict = os.environ) -> int:
 
 @functools.cache
 def plan(n_rows: int, n_cols: int, itemsize: int, aligned_rows: bool, device: int | None) -> Plan:
-    """The Plan for rows of n_cols itemsize-byte elements, aligned() or not, on a GPU
-    (device: its index) or in the interpreter (device: None). Rows are held where the SMs
-    this process may use hold every tile of a row at once (one program per SM always
-    fits); the interpreter runs one program at a time, so it never holds. That assumes no
-    other kernel fills the SMs meanwhile: held launches on several streams at once can
-    wait on each other's programs."""
+    """The Plan for rows of n_cols itemsize-byte elements that load 16 bytes at a time
+    (aligned_rows: aligned() or peeled) or not, on a GPU (device: its index) or in the
+    interpreter (device: None). Float32 rows of up to WHOLE_ROW_COLS columns are held
+    whole, a row a program, where there are WHOLE_ROWS_PER_SM for each SM. Longer rows are
+    held where the SMs this process may use hold every tile of a row at once (one program
+    per SM always fits), taken by program id where they hold every tile of every row;
+    the interpreter runs one program at a time, so it never holds a tile (a whole row
+    waits for nothing). That assumes no other kernel fills the SMs meanwhile: held
+    launches on several streams at once can wait on each other's programs."""
     n_sms, warp_size = 0, 32
     if device is not None:
         props = torch.cuda.get_device_properties(device)
         n_sms, warp_size = usable_sms(props.multi_processor_count), props.warp_size
+    if itemsize == 4 and n_cols <= WHOLE_ROW_COLS and n_rows >= WHOLE_ROWS_PER_SM * n_sms:
+        block_n = triton.next_power_of_2(n_cols)
+        return Plan(fused.softmax_kernel, block_n, WHOLE_ROW_WARPS, (n_rows,), 1, 1, ticket=False)
     tile = TILE_BYTES // (itemsize if aligned_rows else 4)
     num_warps = max(1, tile // (TILE_PER_THREAD * warp_size))
     n_tiles = triton.cdiv(n_cols, tile)
@@ -282,7 +391,11 @@ def plan(n_rows: int, n_cols: int, itemsize: int, aligned_rows: bool, device: in
     if n_tiles <= min(n_sms, MERGE_TILES):
         regs = HALF_TILE_REGS if aligned_rows and itemsize == 2 and not AMD else 0
         grid = (n_rows * n_tiles,)
-        return Plan(softmax_long_rows_kernel, tile, num_warps, grid, n_tiles, tiles, 0, regs)
+        ticket = n_rows * n_tiles > n_sms
+        tiles = max(tiles, LINE_SLOTS.value)
+        return Plan(
+            softmax_long_rows_kernel, tile, num_warps, grid, n_tiles, tiles, 0, regs, ticket
+        )
     lag = n_tiles + LAG_PER_SM * max(1, n_sms)
     grid = (n_rows * n_tiles + lag,)
     return Plan(softmax_long_rows_lagged_kernel, tile, num_warps, grid, n_tiles, tiles, lag)
@@ -293,33 +406,55 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
     wrap(kernel) where given: torch.library.wrap_triton in softmax_op.py's op."""
     n_rows, n_cols = map(int, rows.shape)  # ints, also where torch.compile traces SymInts
     is_aligned = aligned(rows)
-    p = plan(n_rows, n_cols, rows.element_size(), is_aligned, rows.device.index)
-    # Each tile's max and sum; the ticket counter and each row's arrivals, 128 bytes
-    # apart (faster on the H200), zeroed on every call, CUDA-graph replays included.
-    partial_max = torch.empty((n_rows, p.n_tiles), dtype=torch.float32, device=rows.device)
-    counters = torch.zeros((n_rows + 1, COUNTER_STRIDE), dtype=torch.int32, device=rows.device)
+    lead = None if is_aligned else peel(rows)
+    vectors = is_aligned or lead is not None
+    p = plan(n_rows, n_cols, rows.element_size(), vectors, rows.device.index)
+    kernel = p.kernel if wrap is None else wrap(p.kernel)
     args = dict(
         out_ptr=out,
         in_ptr=rows,
-        max_ptr=partial_max,
-        sum_ptr=torch.empty_like(partial_max),
-        counter_ptr=counters,
         n_rows=n_rows,
         n_cols=n_cols,
         in_row_stride=rows.stride(0),
         in_col_stride=rows.stride(1),
-        n_tiles=p.n_tiles,
         BLOCK_N=p.block_n,
-        TILES=p.tiles,
         num_warps=p.num_warps,
     )
+    if p.kernel is fused.softmax_kernel:
+        kernel[p.grid](**args, BLOCK_M=1)
+        return
+    args.update(n_tiles=p.n_tiles, TILES=p.tiles)
     if p.lag:
-        args["lag"] = p.lag
-    else:
-        args["ALIGNED"] = is_aligned
+        # Each tile's max and sum; the ticket counter and each row's arrivals, 128 bytes
+        # apart (faster on the H200), zeroed on every call, CUDA-graph replays included.
+        partial_max = torch.empty((n_rows, p.n_tiles), dtype=torch.float32, device=rows.device)
+        counters = torch.zeros((n_rows + 1, COUNTER_STRIDE), dtype=torch.int32, device=rows.device)
+        kernel[p.grid](
+            **args,
+            max_ptr=partial_max,
+            sum_ptr=torch.empty_like(partial_max),
+            counter_ptr=counters,
+            lag=p.lag,
+        )
+        return
+    peeled = lead is not None
+    if peeled:  # from the 16 bytes the first row starts in, on 16 as Triton sees
+        rows = rows.as_strided(rows.shape, rows.stride(), rows.storage_offset() - lead)
+        args["in_ptr"] = rows
     if p.maxnreg and wrap is None:  # an NVIDIA option, which wrap_triton does not pass on
         args["maxnreg"] = p.maxnreg
-    (p.kernel if wrap is None else wrap(p.kernel))[p.grid](**args)
+    # The ticket, then each row's slots, zeroed (empty) on every call, CUDA-graph
+    # replays included.
+    slots = torch.zeros(LINE_SLOTS.value + n_rows * p.tiles, dtype=torch.int64, device=rows.device)
+    kernel[p.grid](
+        **args,
+        slot_ptr=slots,
+        lead=lead or 0,
+        out_row_shift=n_cols - rows.stride(0),
+        ALIGNED=vectors,
+        PEELED=peeled,
+        TICKET=p.ticket,
+    )
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:

@@ -137,7 +137,10 @@ def path(x):
     """The kernel softmax.py launches for x's rows."""
     if x.shape[-1] <= sm.MAX_FUSED_COLS:
         return "fused"
-    plan = long_rows.plan(*x.shape, x.element_size(), long_rows.aligned(x), x.device.index)
+    vectors = long_rows.aligned(x) or long_rows.peel(x) is not None
+    plan = long_rows.plan(*x.shape, x.element_size(), vectors, x.device.index)
+    if plan.kernel is sm.softmax_kernel:
+        return "whole rows"
     return "lagged tiles" if plan.lag else "tiles"
 
 
