@@ -29,10 +29,6 @@ if not torch.cuda.is_available():
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-
-# Imported by name: torch.compile copies a kernel's source with the globals it names, and
-# brings along functions imported from Triton, but not a module such as
-# triton.profiler.language.
 from triton.profiler.language import enter_scope, exit_scope  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -71,7 +67,7 @@ def scope(ended: tl.constexpr, started: tl.constexpr):
     """Ends the scope `ended` and starts `started` ("" for none)."""
     if SCOPES:
         if ended != "":
-            exit_scope(ended)
+            exit_scope(ended)  # by name: Inductor's copy of a kernel gets functions, not modules
         if started != "":
             enter_scope(started)
 
