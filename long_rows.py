@@ -10,8 +10,9 @@ S = sum_t s_t * exp(m_t - M) follow from those partials alone: the online softma
 
 Programs take their tile by atomic ticket, in the order they start, as in decoupled
 look-back (Merrill & Garland, "Single-pass Parallel Prefix Scan with Decoupled
-Look-back", 2016) and Stream-K (Osama et al., 2023). So a program only waits for tiles
-that programs already running hold, and neither kernel can deadlock:
+Look-back", 2016) and Stream-K (Osama et al., 2023), so that a program only waits for
+tiles that programs already running hold; or by program id, where the GPU holds every
+program of the launch at once. Neither kernel can deadlock:
 
 - softmax_long_rows_kernel, where the GPU holds a row's tiles at once: each program keeps
   its tile in registers while the row's partials arrive, then writes it. Read once.
@@ -68,7 +69,8 @@ HALF_TILE_REGS = 48
 LAG_PER_SM = 2
 MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
 # Held rows' slots, 16 int64s to 128 bytes: each row's on lines of its own, as the lagged
-# kernel's counters (faster on the H200), and the ticket on the first line, alone.
+# kernel's counters (that spacing measured faster on the H200), and the ticket on the
+# first line, alone.
 LINE_SLOTS = tl.constexpr(16)
 # Float32 rows of up to WHOLE_ROW_COLS columns, at least WHOLE_ROWS_PER_SM of them for
 # each SM, each held whole by one program of WHOLE_ROW_WARPS warps.
@@ -166,8 +168,7 @@ def softmax_long_rows_kernel(
     # programs wait at once: a GPU that holds n_tiles programs (plan: one per SM) always
     # has room for the next, and every row completes. Otherwise the GPU holds every
     # program at once (plan: one per SM), in any order, and k is the program's id. Both
-    # assume no other kernel fills the SMs meanwhile (another stream, MPS). The tile's
-    # start joins the row's scalar address.
+    # assume no other kernel fills the SMs meanwhile (another stream, MPS).
     if TICKET:
         k = tl.atomic_add(slot_ptr, 1, sem="relaxed").to(tl.int32)  # orders nothing else
     else:

@@ -205,9 +205,9 @@ def test_held_awkward_values(monkeypatch, sms, dtype):
     assert torch.isfinite(y).all()
     check(torch.full((3, 50), 7.0, device=sm.DEVICE, dtype=dtype), lr.softmax)
     check(torch.zeros(3, 50, device=sm.DEVICE, dtype=dtype), lr.softmax)  # a max of +0.0
-    x = randn(5, 50, dtype)  # rows 1 and 2 start inside 16 bytes, rows 0 and 2 end inside
+    x = randn(5, 50, dtype)  # row 1 starts inside 16 bytes, rows 0 and 2 end inside them
     x[0, ::3] = -float("inf")
-    x[1, 1:] = -float("inf")  # all but the head: its one element is 1
+    x[1, 1:] = -float("inf")  # all but the first element, which is then 1
     x[2, -1] = float("nan")  # a NaN in the tail: a row of NaN, as torch
     x[3, :] = -float("inf")  # all -inf: NaN, as torch.softmax gives
     y = check(x, lr.softmax)
@@ -469,8 +469,8 @@ def wait_atomic(slot_ptr, out_ptr, n):
 
 @triton.jit
 def wait_volatile(slot_ptr, out_ptr, n):
-    # The same wait by volatile loads, as hung on AMD: the backend makes them buffer
-    # loads, which LLVM then hoists out of the loop.
+    # The same wait by volatile loads: compiled for gfx942, they become buffer loads,
+    # which LLVM hoists out of the loop (a wait that would never end).
     t = tl.arange(0, 16)
     seen = tl.load(slot_ptr + t, mask=t < n, volatile=True)
     while tl.sum(((seen == 0) & (t < n)).to(tl.int32), axis=0) > 0:
@@ -685,8 +685,8 @@ def test_gpu_whole_float32_rows(cols):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("tiles", [3, 64, 1000])
 def test_gpu_long_rows(dtype, tiles, aligned):
-    # long_rows.py's test: up to a tile an SM, each held; 1000 tiles, lagged. Unaligned
-    # rows here are strided (not peeled): an element at a time, in smaller tiles.
+    # Up to a tile an SM, each held; 1000 tiles, lagged. Unaligned rows here are strided
+    # (not peeled): an element at a time, in tiles of 8192 columns in every dtype.
     tile = lr.TILE_BYTES // (dtype.itemsize if aligned else 4)
     cols = tiles * tile - (16 if aligned else 5)
     x = randn(9, cols, dtype, scale=10)
