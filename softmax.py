@@ -222,8 +222,8 @@ def free_bytes() -> int:
 
 def too_large(rows: int, cols: int, dtype: torch.dtype, floats: int = 3) -> str | None:
     """Why rows x cols of dtype do not fit, with `floats` float32 copies beside the input
-    and output, or None: refused up front, not halfway out of memory."""
-    need, free = rows * cols * (2 * dtype.itemsize + 4 * floats), free_bytes()
+    and output and 128 bytes a row (long_rows.py's slots), or None: refused up front."""
+    need, free = rows * (cols * (2 * dtype.itemsize + 4 * floats) + 128), free_bytes()
     if need <= free:
         return None
     name = str(dtype).removeprefix("torch.")

@@ -302,6 +302,15 @@ def test_the_command_line_checks_long_rows():
     assert "rows=2 cols=20000" in p.stdout
 
 
+def test_the_command_line_counts_each_rows_scratch(monkeypatch, capsys):
+    # A row's slots or counters take a 128-byte line whatever its length: a million rows
+    # of one half column need 16 MB as data, 128 MB with them, and 64 MiB free is refused.
+    monkeypatch.setattr(sm, "free_bytes", lambda: 64 * 2**20)
+    monkeypatch.setattr(lr, "softmax", None)  # refused before any run
+    assert lr.main(["--rows", "1000000", "--cols", "1", "--dtype", "float16"]) == 2
+    assert capsys.readouterr().err.startswith("softmax: error: 1000000 x 1 float16 needs about")
+
+
 # The plan and the launch as a GPU makes them, on CPU.
 
 
