@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 import msgspec
 
-import captures
-from captures import AUTOTUNING, CAPTURED_AT, Capture, Refused, Run, number, printable
+from summary import captures
+from summary.captures import AUTOTUNING, CAPTURED_AT, Capture, Refused, Run, number, printable
 
 TOP_N = 5  # aorta's length of proton_top_kernels
 MAX_SOURCE_BYTES = 2**22  # source lines come from .py files of up to 4 MiB
@@ -209,7 +209,7 @@ def summarize(
     sites = callsites(capture)
     summary["proton_callsites"] = sorted(sites.values(), key=lambda s: s["ms"], reverse=True)
     if run.viewed:  # what views.py shows: rates, traces, ranks, scopes
-        import views
+        from summary import views
 
         views.add(summary, run, sites, ceiling)
     return Summary(summary, None, run)
@@ -257,11 +257,11 @@ def table(summary: dict, top: int) -> str:
     first, then kernels, call sites and the views of views.py."""
     tables = [kernels_table(summary, top), callsites_table(summary, top)]
     if "proton_diff" in summary or "proton_trials" in summary:
-        import compare
+        from summary import compare
 
         tables.insert(0, compare.table(summary, top))
     if any(key in summary for key in ("proton_timeline", "proton_ranks", "proton_scopes")):
-        import views
+        from summary import views
 
         tables += views.tables(summary, top)
     return "\n\n".join("\n".join(map(printable, lines)) for lines in tables if lines) + "\n"
@@ -408,7 +408,7 @@ def run(args: argparse.Namespace) -> int:
         raise Refused("-o and --folded name one file")
     summary = done[0].summary
     if not problem and (len(done) > 1 or args.diff is not None):
-        import compare
+        from summary import compare
 
         if len(done) > 1:
             summary["proton_trials"] = compare.trials([s.summary for s in done])
@@ -434,7 +434,7 @@ def run(args: argparse.Namespace) -> int:
     if output is not None:
         captures.write_output(output, to_json(summary), inputs)
     if args.folded is not None:
-        import views
+        from summary import views
 
         shown = {k["name"]: k["readable_name"] for k in summary["proton_kernels"]}
         stacks = views.folded(done[0].run.capture, shown)

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-import captures
-import compare
+from summary import captures
+from summary import compare
 import parse_hatchet as ph
 from conftest import ROOT, run
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import captures
+from summary import captures
 import parse_hatchet as ph
-import views
+from summary import views
 from conftest import ROOT, run
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-import captures
+from summary import captures
 import parse_hatchet as ph
 from conftest import ROOT, run
 

@@ -15,9 +15,9 @@ TOOLING = [
     "recipe.yaml",
     "proton_launch.py",
     "parse_hatchet.py",
-    "captures.py",
-    "views.py",
-    "compare.py",
+    "summary/captures.py",
+    "summary/views.py",
+    "summary/compare.py",
     "Dockerfile",
 ]
 EXAMPLE = re.compile(r"\bsoftmax\.py\b|\blong_rows\b|^\s*(import|from)\s+softmax\b", re.M)

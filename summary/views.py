@@ -6,7 +6,7 @@ lines, escaped by its caller."""
 
 import math
 
-from captures import Capture, Kernel, Run, frame_text, number, printable, short_names
+from summary.captures import Capture, Kernel, Run, frame_text, number, printable, short_names
 
 LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host's launch cost
 

@@ -1,0 +1,2 @@
+"""The summary's parts, which parse_hatchet.py assembles: reading captures, adding a run up,
+the views beyond aorta's keys, and the comparison of runs."""
