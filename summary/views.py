@@ -9,6 +9,7 @@ import math
 from summary.captures import Capture, Kernel, Run, frame_text, number, printable, short_names
 
 LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host's launch cost
+BINS = 200  # a timeline's bins: a page draws each call site's launches in these
 
 
 def quantile(ordered: list, q: float) -> float:
@@ -99,7 +100,8 @@ def timelines(run: Run, sites: dict) -> list:
 def timeline(launches: list, sites: dict) -> list:
     """Each call site's launches, their summed and spanned ms, the share of its span in
     which any kernel ran (several streams counted once) and the median idle time between
-    its launches. One sort and one pass: O(n log n) in launches."""
+    its launches, and its busy share in each of BINS bins of its span. One sort and one
+    pass: O(n log n) in launches."""
     launches.sort()  # (start, end, chain, name), by start
     # Busy time before each launch's start and end: a sweep merging overlapping launches.
     marks, done, start, end = [], 0.0, None, None
@@ -133,15 +135,31 @@ def timeline(launches: list, sites: dict) -> list:
                 "fewest_launches_of_a_kernel": min(
                     sum(launches[i][3] == k for i in at) for k in kernels
                 ),
+                "bin_us": span / BINS or 1.0,
+                "busy_by_bin": binned([launches[i][:2] for i in at], span / BINS or 1.0),
             }
         )
     return sorted(entries, key=lambda e: e["kernel_ms"], reverse=True)
 
 
+def binned(spans: list, width: float) -> list:
+    """The share of each of BINS bins of width us, from the first span's start, in which
+    the spans (start, end) ran, a span across bins split between them (overlapping streams
+    add up): each span costs the bins it covers, so all cost launches + BINS x streams."""
+    busy, first = [0.0] * BINS, spans[0][0]
+    for start, end in spans:
+        at = min(int((start - first) / width), BINS - 1)
+        while start < end:
+            edge = end if at == BINS - 1 else min(end, first + (at + 1) * width)
+            busy[at] += edge - start
+            start, at = edge, at + 1
+    return [round(b / width, 3) for b in busy]
+
+
 def timeline_table(summary: dict, top: int) -> list:
     """Each call site's timeline; then each that looks like a loop held back by the host:
     every kernel launched 3 times or more, the GPU busy under half of the span, and gaps
-    the size of a launch's host cost."""
+    the size of a launch's host cost (launch_bound)."""
     ranked = any("rank" in e for e in summary["proton_timeline"])
     lines = [
         "timeline per call site (busy: the share of the site's span in which any kernel ran; "
@@ -157,17 +175,22 @@ def timeline_table(summary: dict, top: int) -> list:
             f"{e['kernel_ms']:10.4f} {e['span_ms']:9.4f} {e['busy']:5.0%} "
             f"{e['launches']:>8} {idle:>8}  {rank}{labelled(e)}"
         )
-    for e in summary["proton_timeline"]:
-        idle = e["median_idle_us"]
-        loop = e["fewest_launches_of_a_kernel"] >= 3 and e["busy"] < 0.5
-        if loop and idle is not None and idle <= LAUNCH_GAP_US:
-            lines.append(
-                f"{e['callsite'] or 'kernels with no frame of yours'}: the GPU was idle "
-                f"{1 - e['busy']:.0%} of the span of its {e['launches']} launches, a median "
-                f"{idle:.1f} us between launches against {e['kernel_ms'] * 1e3 / e['launches']:.1f}"
-                " us of kernel each: the host's launch cost bounds it, not the kernel."
-            )
-    return lines
+    return lines + [said for e in summary["proton_timeline"] if (said := launch_bound(e))]
+
+
+def launch_bound(e: dict) -> str | None:
+    """The diagnosis of a timeline entry (a call site's) that looks like a loop held back
+    by the host, in a sentence; None for any other."""
+    idle = e["median_idle_us"]
+    loop = e["fewest_launches_of_a_kernel"] >= 3 and e["busy"] < 0.5
+    if not (loop and idle is not None and idle <= LAUNCH_GAP_US):
+        return None
+    return (
+        f"{e['callsite'] or 'kernels with no frame of yours'}: the GPU was idle "
+        f"{1 - e['busy']:.0%} of the span of its {e['launches']} launches, a median "
+        f"{idle:.1f} us between launches against {e['kernel_ms'] * 1e3 / e['launches']:.1f}"
+        " us of kernel each: the host's launch cost bounds it, not the kernel."
+    )
 
 
 def labelled(site: dict) -> str:
