@@ -1,0 +1,492 @@
+"""One self-contained HTML page of a run's summary (summary.json's object, whose keys
+docs/summary.md describes): the headline and the gate's outcome, aorta's five keys, the
+device and provenance, then a figure for each view the summary holds. plotly draws the
+figures, its JavaScript inline, so that the page opens offline and fetches nothing.
+
+Only the summary's keys are read, each view where it is present, so that the page shows
+exactly what summary.json says; plotly is imported only when a page is made.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, NamedTuple
+
+from summary.views import launch_bound
+
+if TYPE_CHECKING:  # plotly is imported only when a page is made
+    import plotly.graph_objects as go
+
+AORTA_KEYS = "proton_kernel_count proton_gpu_time_ms proton_top_kernel_ms proton_top_kernels "
+AORTA_KEYS = (*AORTA_KEYS.split(), "proton_artifact_dir")
+TOP = 30  # rows of a figure of bars or points; the caption counts the rest
+SITES = 40  # call sites drawn on the timeline
+LABEL = 60  # characters of a name on an axis; hover shows it whole
+ROW_PX, MARGIN_PX = 26, 110
+BLUE, PALE, ORANGE, GREEN, GREY = "#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#8c8c8c"
+RIGHT = {"orientation": "h", "row": 1, "col": 2, "hoverinfo": "x+name"}  # percent-of-peak bars
+DIAMOND = {"symbol": "diamond", "size": 13, "line": {"width": 1, "color": "#333"}}
+VERDICT_COLOURS = {"slower": "#d62728", "faster": GREEN, "same": GREY, "inconclusive": ORANGE}
+STYLE = """body { font: 15px/1.45 system-ui, sans-serif; margin: 1.2em auto; max-width: 1200px;
+padding: 0 1em; color: #222 } h1, .gate { font: 600 1.05em ui-monospace, monospace;
+white-space: pre-wrap } h1 { padding: .6em .8em; background: #f3f5f8; border-left: 4px solid
+#1f77b4 } h1.fail { border-color: #d62728 } h1.pass { border-color: #2ca02c } h2 { font-size:
+1.15em; margin: 1.4em 0 .3em; border-bottom: 1px solid #ddd } table { font-size: .9em }
+th { text-align: left; font-weight: 500; color: #555; padding-right: 1.2em; vertical-align: top;
+white-space: nowrap } td { font-family: ui-monospace, monospace; word-break: break-word }
+p.caption { color: #444; font-size: .9em; margin: .2em 0 }"""
+
+
+class Figure(NamedTuple):
+    """A view's figure on the page: its element's id, heading, the lines said under it."""
+
+    key: str
+    title: str
+    caption: list[str]
+    figure: go.Figure
+
+
+def text(value: object) -> str:
+    """value as plotly shows text: its pseudo-HTML escaped, so that `kernel<4, …>` is no tag."""
+    return html.escape(str(value), quote=False)
+
+
+def cut(name: str) -> str:
+    return text(name if len(name) <= LABEL else name[: LABEL - 1] + "…")
+
+
+def height(rows: int) -> int:
+    return MARGIN_PX + ROW_PX * max(rows, 3)
+
+
+def more(rows: list, shown: int, what: str) -> list[str]:
+    return [f"and {len(rows) - shown} more {what} in summary.json"] if len(rows) > shown else []
+
+
+def readable(summary: dict) -> dict:
+    """Each kernel's name -> its readable name, as the kernel view shows it."""
+    return {k["name"]: k.get("readable_name", k["name"]) for k in summary.get("proton_kernels", [])}
+
+
+def rows_axis(fig: go.Figure, labels: list[str]) -> None:
+    """Rows top down, one per label (labels may repeat: two call sites can end alike)."""
+    fig.update_yaxes(tickvals=list(range(len(labels))), ticktext=labels, autorange="reversed")
+
+
+# --- The top: headline, gate, facts ---------------------------------------------------
+
+
+def gate(summary: dict) -> str | None:
+    """The comparison's gate in a line; None where no gate (--fail-above) was given."""
+    diff = summary.get("proton_diff") or {}
+    if diff.get("fail_above") is None:
+        return None
+    pct, regressions = diff["fail_above"], diff.get("regressions") or []
+    if not regressions:
+        return f"gate passed: nothing slower past --fail-above {pct:g}"
+    names = "; ".join(map(str, regressions[:5])) + ("; …" if len(regressions) > 5 else "")
+    return f"gate failed (exit 3): {len(regressions)} slower past --fail-above {pct:g}: {names}"
+
+
+def shown_value(value: object) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def facts(summary: dict) -> list[tuple[str, str]]:
+    """aorta's five keys, the context, the devices, the provenance and what was not read."""
+    names, out = readable(summary), []
+    for key in (*AORTA_KEYS, "proton_context"):
+        if key == "proton_top_kernels" and key in summary:
+            out.append((key, "; ".join(names.get(name, name) for name in summary[key])))
+        elif key in summary:
+            out.append((key, shown_value(summary[key])))
+    for device in summary.get("proton_device") or []:
+        out.append(("device", ", ".join(f"{k} {shown_value(v)}" for k, v in device.items())))
+    provenance = summary.get("proton_provenance") or {}
+    out += [(f"provenance: {k}", str(v)) for k, v in provenance.items() if v is not None]
+    for entry in summary.get("proton_unread") or []:
+        out.append(("not read", f"{entry.get('file')}: {entry.get('why')}"))
+    return out
+
+
+def top(summary: dict) -> list[str]:
+    """The headline verbatim, the gate's outcome, and the facts as a table."""
+    said = gate(summary)
+    state = (
+        ""
+        if said is None
+        else ' class="pass"'
+        if said.startswith("gate passed")
+        else ' class="fail"'
+    )
+    parts = [f'<h1 id="headline"{state}>{html.escape(summary.get("headline", ""))}</h1>']
+    if said is not None:
+        parts.append(f'<p class="gate" id="gate">{html.escape(said)}</p>')
+    cells = (
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts(summary)
+    )
+    return [*parts, f'<table id="facts">{"".join(cells)}</table>']
+
+
+# --- Kernels --------------------------------------------------------------------------
+
+
+def autotuned(summary: dict) -> dict:
+    """Each kernel's [ms, launches] of Triton's autotuner timing its configs."""
+    out = {}
+    for site in summary.get("proton_callsites") or []:
+        for k in site["kernels"] if site["callsite"].endswith(" [autotuning]") else []:
+            tuned = out.setdefault(k["name"], [0.0, 0])
+            tuned[:] = tuned[0] + k["ms"], tuned[1] + (k.get("launches") or 0)
+    return out
+
+
+def kernel_words(k: dict, tuned: list) -> str:
+    """A kernel bar's words: its launches (the tuner's apart), mean and GB/s where recorded."""
+    launches = "?" if k.get("launches") is None else k["launches"] - tuned[1]
+    words = [f"{launches} launches" + (f" + {tuned[1]} tuning" if tuned[1] else "")]
+    if k.get("mean_us") is not None:
+        words.append(f"mean {k['mean_us']:.2f} us")
+    if k.get("gbyte_per_s") is not None:
+        words.append(f"{k['gbyte_per_s']:.0f} GB/s")
+    return ", ".join(words)
+
+
+def kernels(summary: dict) -> Figure | None:
+    """Each kernel's share of GPU time (tuning launches apart) beside its percent of the
+    device's nominal peak bandwidth, and of a measured ceiling where the run has one."""
+    from plotly.subplots import make_subplots
+
+    rows = summary.get("proton_kernels") or []
+    shown, tuned = rows[:TOP], autotuned(summary)
+    if not shown:
+        return None
+    total = sum(k["total_ms"] for k in rows) or 1.0
+    at = list(range(len(shown)))
+    rated = any(k.get("pct_of_peak_bw") is not None for k in shown)
+    fig = make_subplots(
+        cols=2 if rated else 1,
+        shared_yaxes=True,
+        column_widths=[0.7, 0.3] if rated else None,
+        horizontal_spacing=0.015,
+        subplot_titles=["share of GPU time", "% of peak bandwidth"] if rated else None,
+    )
+    tuned = [tuned.get(k["name"], [0.0, 0]) for k in shown]
+    tuning = [ms / total for ms, _ in tuned]
+    own = [k["total_ms"] / total - t for k, t in zip(shown, tuning, strict=True)]
+    words = [text(kernel_words(k, t)) for k, t in zip(shown, tuned, strict=True)]
+    words = {"text": words, "textposition": "outside"}  # on the last bar drawn
+    hover = {"customdata": [text(k.get("readable_name", k["name"])) for k in shown]}
+    hover["hovertemplate"] = "%{customdata}<br>%{x:.1%} of GPU time<extra></extra>"
+    hover.update(name="your launches", marker_color=BLUE, showlegend=any(tuning))
+    fig.add_bar(x=own, y=at, orientation="h", **hover)
+    tuner = {"name": "autotuning launches (Triton's tuner timing its configs)"}
+    tuner.update(marker_color=PALE, showlegend=any(tuning), **words)
+    fig.add_bar(x=tuning, y=at, base=own, orientation="h", **tuner)  # where the others end
+    if rated:
+        peak_bars(fig, shown, at)
+    fig.update_layout(barmode="overlay", height=height(len(shown)), bargap=0.3)
+    fig.update_layout(legend={"orientation": "h", "y": -0.12 * 12 / max(len(shown), 3)})
+    fig.update_xaxes(tickformat=".0%")
+    fig.update_xaxes(range=[0, max(a + b for a, b in zip(own, tuning, strict=True)) * 1.5], col=1)
+    rows_axis(fig, [cut(k.get("readable_name", k["name"])) for k in shown])
+    caption = ["GB/s and % of peak where Proton's launch hook counted bytes (HOOK=triton)."]
+    return Figure("kernels", "Kernels", caption + more(rows, len(shown), "kernels"), fig)
+
+
+def peak_bars(fig: go.Figure, shown: list, at: list) -> None:
+    """Percent of the nominal peak, and of the measured ceiling (marked L2-resident where
+    the run found the kernel's bytes served from L2) where the run has one."""
+    peak = [k.get("pct_of_peak_bw") for k in shown]
+    words = [f"{p:.0%}" if p is not None else "" for p in peak]
+    fig.add_bar(
+        x=peak, y=at, **RIGHT, name="% of the nominal peak", text=words, marker_color=ORANGE
+    )
+    if any(k.get("pct_of_ceiling_bw") is not None for k in shown):
+        ceiling = [k.get("pct_of_ceiling_bw") for k in shown]
+        words = [
+            f"{c:.0%} of ceiling" + (", L2-resident" if k.get("l2_resident") else "")
+            if c is not None
+            else ""
+            for c, k in zip(ceiling, shown, strict=True)
+        ]
+        fig.add_bar(
+            x=ceiling,
+            y=at,
+            **RIGHT,
+            name="% of the measured ceiling",
+            text=words,
+            marker_color=GREEN,
+        )
+
+
+# --- Call sites as an icicle ----------------------------------------------------------
+
+
+def frames(callsite: str) -> list[str]:
+    """A call site's frames, outermost first; a bracketed note (a CUDA graph's replay
+    site, autotuning) stays on the innermost frame."""
+    chain, bracket, note = callsite.partition(" [")
+    out = chain.split(" > ")
+    out[-1] += bracket + note
+    return out
+
+
+def callsites(summary: dict) -> Figure | None:
+    """The call sites as an icicle (a flame graph root up): each frame of the user's,
+    then the kernels it launched, as wide as their GPU time; the source line on hover."""
+    import plotly.graph_objects as go
+
+    sites, names = summary.get("proton_callsites") or [], readable(summary)
+    if not sites:
+        return None
+    nodes = {"all": ["all call sites", "", "all call sites", 0.0]}  # label, parent, hover, ms
+    for site in sites:
+        parent = "all"
+        for frame in frames(site["callsite"]):
+            nodes.setdefault(f"{parent}\n{frame}", [cut(frame), parent, text(frame), 0.0])
+            parent = f"{parent}\n{frame}"
+        source = text(site.get("source") or "(no source line here)")
+        for k in site["kernels"]:
+            name = names.get(k["name"], k["name"])
+            hover = f"{text(name)}<br>{k.get('launches')} launches<br>{source}"
+            nodes.setdefault(f"{parent}\n\0{name}", [cut(name), parent, hover, 0.0])[3] += k["ms"]
+    label, parent, hover, ms = zip(*nodes.values(), strict=True)
+    fig = go.Figure()
+    fig.add_icicle(
+        ids=list(nodes),
+        labels=label,
+        parents=parent,
+        values=ms,
+        customdata=hover,
+        branchvalues="remainder",
+        tiling={"orientation": "v"},
+        root={"color": "#e8edf3"},
+        hovertemplate="%{customdata}<br>%{value:.4f} ms, %{percentRoot:.1%}<extra></extra>",
+    )
+    fig.update_layout(height=520, margin={"t": 10, "l": 10, "r": 10, "b": 10})
+    caption = ["Each frame as wide as the GPU time launched under it; click to zoom in."]
+    return Figure("callsites", "Call sites (icicle of the folded stacks)", caption, fig)
+
+
+# --- Views of traces, ranks and scopes ------------------------------------------------
+
+
+def ranked(entry: dict) -> str:
+    return f"rank {entry['rank']}: " if "rank" in entry else ""
+
+
+def site_label(entry: dict) -> str:
+    """A timeline entry as a row's label: its rank, its two innermost frames."""
+    sites = " > ".join(frames(entry["callsite"])[-2:]) if entry["callsite"] else "(no frame)"
+    return cut(ranked(entry) + sites)
+
+
+def timeline(summary: dict) -> Figure | None:
+    """Each call site's launches over its span as a strip of bins, a bin's colour the
+    share of it in which the site's kernels ran: the idle gaps are the pale bins."""
+    import plotly.graph_objects as go
+
+    entries = [e for e in summary.get("proton_timeline") or [] if e.get("busy_by_bin")]
+    shown = entries[:SITES]
+    if not shown:
+        return None
+    bins = len(shown[0]["busy_by_bin"])
+    labels = [f"{i}. {site_label(e)}, bins of {e['bin_us']:.3g} us" for i, e in enumerate(shown, 1)]
+    fig = go.Figure()
+    fig.add_heatmap(
+        z=[e["busy_by_bin"] for e in shown],
+        x=[100 * (i + 0.5) / bins for i in range(bins)],
+        zmin=0,
+        zmax=1,
+        colorscale="Blues",
+        colorbar={"title": "busy", "tickformat": ".0%"},
+        y=labels,
+        hovertemplate="%{y}<br>at %{x:.1f}% of its span: busy %{z:.0%}<extra></extra>",
+    )
+    fig.update_layout(height=height(len(shown)), xaxis_title="% of the call site's span")
+    fig.update_yaxes(autorange="reversed")
+    idle = [e.get("median_idle_us") for e in shown]
+    caption = [
+        f"{site_label(e)}: {e['launches']} launches over {e['span_ms']:.3f} ms, busy "
+        f"{e['busy']:.0%}, median idle " + ("-" if gap is None else f"{gap:.1f} us")
+        for e, gap in zip(shown[:5], idle, strict=False)
+    ]
+    caption += [f"<b>{text(ranked(e) + said)}</b>" for e in entries if (said := launch_bound(e))]
+    title = f"Timeline per call site ({bins} bins of each site's span)"
+    return Figure("timeline", title, caption + more(entries, SITES, "call sites"), fig)
+
+
+def ranks(summary: dict) -> Figure | None:
+    """Each rank's GPU time, with the imbalance and the start skew where known."""
+    import plotly.graph_objects as go
+
+    rows = summary.get("proton_ranks") or []
+    if not rows:
+        return None
+    fig, words = go.Figure(), [f"{r.get('kernel_count')} launches" for r in rows]
+    fig.add_bar(
+        x=[f"rank {r['rank']}" for r in rows], y=[r["gpu_time_ms"] for r in rows], text=words
+    )
+    fig.update_layout(height=320, yaxis_title="GPU ms")
+    caption = []
+    if (imbalance := summary.get("proton_rank_imbalance")) is not None:
+        caption.append(
+            f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}"
+        )
+    if skew := summary.get("proton_rank_start_skew"):
+        caption.append(
+            f"rank {skew['rank']} starts its GPU work last, {skew['ms']:.3f} ms after the first"
+        )
+    return Figure("ranks", "Ranks", caption, fig)
+
+
+def scopes(summary: dict) -> Figure | None:
+    """Each kernel's scopes by their share of its cycles (the instrumentation backend)."""
+    import plotly.graph_objects as go
+
+    rows = summary.get("proton_scopes") or []
+    if not (shown := rows[:TOP]):
+        return None
+    fig, words = go.Figure(), [f"{s['cycles']:.3g} cycles" for s in shown]
+    fig.add_bar(
+        x=[s["share"] for s in shown], y=list(range(len(shown))), orientation="h", text=words
+    )
+    fig.update_layout(height=height(len(shown)), xaxis_tickformat=".0%")
+    rows_axis(fig, [cut(f"{s['kernel']}: {s['scope']}") for s in shown])
+    caption = [
+        text(
+            f"{s['kernel']}: {s['launches']} launches over {s['sms']} SMs, CTAs per SM per "
+            f"launch {s['ctas_per_sm'][0]:g} to {s['ctas_per_sm'][2]:g}"
+        )
+        for s in summary.get("proton_sm_spread") or []
+    ]
+    return Figure("scopes", "Scopes: cycles inside each kernel", caption, fig)
+
+
+# --- Trials and comparisons -----------------------------------------------------------
+
+
+def points(fig: go.Figure, at: int, times: list | None, mean: float | None, base: bool) -> None:
+    """A row's per-trial times as points, each over the base's mean."""
+    if times and mean:
+        fig.add_scatter(
+            x=[t / mean for t in times],
+            y=[at] * len(times),
+            mode="markers",
+            showlegend=False,
+            marker={
+                "color": GREY if base else BLUE,
+                "symbol": "circle-open" if base else "circle",
+                "size": 8,
+            },
+            hovertemplate=("base" if base else "now") + ", a trial: %{x:.3f}<extra></extra>",
+        )
+
+
+def interval(row: dict) -> tuple[float, float]:
+    """A row's interval: low and high where judged so, else its ratio +- its noise."""
+    ratio, noise = row["ratio"], row.get("noise") or 0.0
+    if row.get("low") is None or row.get("high") is None:
+        return ratio * (1 - noise), ratio * (1 + noise)
+    return row["low"], row["high"]
+
+
+def judged(fig: go.Figure, at: int, row: dict) -> None:
+    """A row's ratio, now over the base, with its interval, coloured by its verdict."""
+    low, high = interval(row)
+    fig.add_scatter(
+        x=[row["ratio"]],
+        y=[at],
+        mode="markers",
+        showlegend=False,
+        marker={**DIAMOND, "color": VERDICT_COLOURS.get(row["verdict"], "#9467bd")},
+        error_x={"array": [high - row["ratio"]], "arrayminus": [row["ratio"] - low]},
+        hovertemplate=f"{row['verdict']}: %{{x:.3f}} ({low:.3f} to {high:.3f})<extra></extra>",
+    )
+
+
+def compared(summary: dict) -> Figure | None:
+    """Each compared row: its trials as points over the base's mean, its ratio with the
+    interval it was judged by, coloured by the verdict."""
+    import plotly.graph_objects as go
+
+    diff = summary.get("proton_diff")
+    if not diff:
+        return None
+    rows = [*diff.get("kernels", [])[:TOP], *diff.get("callsites", [])[:TOP]]
+    fig, labels = go.Figure(), []
+    for at, row in enumerate(rows):
+        what = row.get("readable_name") or " > ".join(frames(row.get("callsite", ""))[-2:])
+        labels.append(f"{cut(what)}: <b>{row['verdict']}</b>")
+        points(fig, at, row.get("base_times_ms"), row.get("base_ms"), base=True)
+        points(fig, at, row.get("times_ms"), row.get("base_ms"), base=False)
+        if row.get("ratio") is not None:
+            judged(fig, at, row)
+    fig.add_vline(x=1, line_dash="dot", line_color=GREY)
+    fig.update_layout(height=height(len(rows)), xaxis_title="time over the base's mean")
+    rows_axis(fig, labels)
+    caption = [
+        "Diamonds: now over the base, with the interval it was judged by; points: each "
+        "trial's time, open the base's, filled now's (where the summary records them)."
+    ]
+    return Figure("compare", f"Compared with {text(diff.get('base'))}", caption, fig)
+
+
+def trials(summary: dict) -> Figure | None:
+    """A run of trials: each kernel's time in each trial over its mean (without the times
+    in the summary, its min, mean and max)."""
+    import plotly.graph_objects as go
+
+    runs = summary.get("proton_trials") or {}
+    rows, names = runs.get("kernels", [])[:TOP], readable(summary)
+    if not rows:
+        return None
+    fig = go.Figure()
+    for at, k in enumerate(rows):
+        times = k.get("times_ms") or [k["min_ms"], k["mean_ms"], k["max_ms"]]
+        points(fig, at, times, k["mean_ms"], base=False)
+    fig.add_vline(x=1, line_dash="dot", line_color=GREY)
+    fig.update_layout(height=height(len(rows)), xaxis_title="time over the kernel's mean")
+    labels = [f"{cut(names.get(k['name'], k['name']))}, cv {k['cv'] or 0:.1%}" for k in rows]
+    rows_axis(fig, labels)
+    return Figure("trials", f"Trials: each kernel's time in each of {runs['n']}", [], fig)
+
+
+# --- The page -------------------------------------------------------------------------
+
+VIEWS = (kernels, callsites, compared, trials, timeline, ranks, scopes)
+
+
+def page(summary: dict) -> str:
+    """The page of summary, one HTML document with plotly's JavaScript inline, once."""
+    import plotly.io as pio
+
+    parts, inline = top(summary), True
+    for view in VIEWS:
+        if (figure := view(summary)) is None:
+            continue
+        figure.figure.update_layout(template="plotly_white", font_family="system-ui, sans-serif")
+        figure.figure.update_layout(margin_t=30, margin_r=10)
+        parts.append(f"<h2>{figure.title}</h2>")
+        parts += [f'<p class="caption">{line}</p>' for line in figure.caption]
+        config = {"displaylogo": False, "responsive": True}
+        parts.append(
+            pio.to_html(
+                figure.figure, config, include_plotlyjs=inline, full_html=False, div_id=figure.key
+            )
+        )
+        inline = False
+    title = html.escape(f"Proton summary: {summary.get('proton_artifact_dir', '')}")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+        f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
+    )
+
+
+def write(path: str, summary: dict, inputs: set = frozenset()) -> None:
+    """Writes the page of summary to path as every output is written: never over an
+    input, a regular file replaced atomically."""
+    from summary.captures import write_output
+
+    write_output(path, page(summary), inputs)
