@@ -89,7 +89,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	  $(PY) -m pip install -q $(call q,$(TORCH)); }
 	$(PY) -c 'import triton' 2>/dev/null || { echo "setup: installing $(TRITON)"; \
 	  $(PY) -m pip install -q $(call q,$(TRITON)); }
-	@echo "setup: installing requirements-dev.txt (PyYAML, llnl-hatchet, cxxfilt, msgspec, pytest, linters)"
+	@echo "setup: installing requirements-dev.txt (PyYAML, llnl-hatchet, cxxfilt, msgspec, plotly, pytest, selenium, linters)"
 	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $(call q,$@)
 

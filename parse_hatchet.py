@@ -3,7 +3,8 @@ site that launched GPU time (views.py: timelines, ranks, scopes; compare.py: tri
 a comparison with an earlier run).
 
     python parse_hatchet.py PATH [PATH ...] [-o FILE] [--table] [--top N] [--folded FILE]
-        [--world-size N] [--peak-gbps N] [--diff BASE [--fail-above PCT] [--min-ms MS]]
+        [--html FILE] [--world-size N] [--peak-gbps N]
+        [--diff BASE [--fail-above PCT] [--min-ms MS]]
 
 Each PATH is a capture or a folder searched for them (captures.py): one run, its ranks'
 captures added up, or one run of trials. The five proton_* keys follow ROCm aorta's Proton
@@ -344,6 +345,7 @@ def parser() -> Parser:
     p.add_argument("--table", action="store_true", help="print tables, not JSON")
     p.add_argument("--top", type=whole, default=10, metavar="N", help="rows of each table")
     p.add_argument("--folded", metavar="FILE", help="also write folded stacks here")
+    p.add_argument("--html", metavar="FILE", help="also write the summary's page here")
     ranks = functools.partial(whole, most=2**16)
     p.add_argument("--world-size", type=ranks, metavar="N", help="ranks 0 to N-1 are expected")
     p.add_argument("--peak-gbps", type=positive, metavar="N", help="a measured ceiling, GB/s")
@@ -404,8 +406,9 @@ def run(args: argparse.Namespace) -> int:
     done, problem, found = summaries(args.paths, args.world_size, args.peak_gbps)
     inputs = set(found.seen)
     output = None if args.output == "-" else args.output
-    if output and args.folded and os.path.realpath(output) == os.path.realpath(args.folded):
-        raise Refused("-o and --folded name one file")
+    outputs = [os.path.realpath(path) for path in (output, args.folded, args.html) if path]
+    if len(set(outputs)) < len(outputs):
+        raise Refused("-o, --folded and --html name one file")
     summary = done[0].summary
     if not problem and (len(done) > 1 or args.diff is not None):
         from summary import compare
@@ -439,6 +442,14 @@ def run(args: argparse.Namespace) -> int:
         shown = {k["name"]: k["readable_name"] for k in summary["proton_kernels"]}
         stacks = views.folded(done[0].run.capture, shown)
         captures.write_output(args.folded, stacks, inputs)
+    if args.html is not None:  # a page not written is named; the status stays the summary's
+        from summary import page
+
+        try:
+            page.write(args.html, summary, inputs)
+        except (Refused, OSError) as e:
+            why = getattr(e, "strerror", None) or str(e)[:300]
+            say(f"no page written to {args.html[:200]}: {why}")
     if args.table:
         return captures.emit(table(summary, args.top).encode("utf-8", "backslashreplace"), status)
     return captures.emit(to_json(summary), status) if output is None else status
