@@ -1,0 +1,189 @@
+"""The page of a summary (summary/page.py, parse_hatchet.py --html): written beside the JSON
+as every output is, self-contained, showing what summary.json says, of a size that opens
+on a large trace. tests/test_page_browser.py looks at it in a real browser."""
+
+import json
+import re
+import sys
+from html import escape
+
+import pytest
+
+import parse_hatchet as ph
+from conftest import ROOT, run
+from summary import page
+
+FIXTURES = ROOT / "tests" / "fixtures"
+HOOK = FIXTURES / "h200-softmax-python-hook.hatchet"
+# Every fixture that is one run (h200-trials holds two, each one of them).
+RUNS = [p for p in sorted(FIXTURES.iterdir()) if p.name != "h200-trials"] + [
+    FIXTURES / "h200-trials" / side for side in ("base", "slower")
+]
+
+
+def summarized(tmp_path, *args):
+    """summary.json of parse_hatchet.py ARGS, with the headline the terminal prints first
+    where the summary has none of its own."""
+    out = tmp_path / "summary.json"
+    assert ph.main([*map(str, args), "-o", str(out)]) in (0, 3)
+    summary = json.loads(out.read_text())
+    if "headline" not in summary:
+        table = run(sys.executable, ROOT / "parse_hatchet.py", *args, "--table")
+        summary["headline"] = table.stdout.splitlines()[0]
+    return summary
+
+
+def figure_data(html: str, key: str) -> list:
+    """The traces of the page's figure whose element has id key, as plotly was given them."""
+    call = re.search(rf'Plotly\.newPlot\(\s*"{key}",\s*(\[.*?\]),\s*\{{', html, re.S)
+    assert call, f"no figure {key} on the page"
+    return json.loads(call[1])
+
+
+def test_html_writes_the_page_beside_the_json_and_fetches_nothing(tmp_path):
+    p = run(
+        sys.executable,
+        ROOT / "parse_hatchet.py",
+        HOOK,
+        "-o",
+        tmp_path / "s.json",
+        "--html",
+        tmp_path / "p.html",
+    )
+    assert p.returncode == 0 and p.stderr == ""
+    html = (tmp_path / "p.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in html
+    assert not re.search(r"""<(script|link|img)\b[^>]*\b(src|href)\s*=""", html, re.I)
+    summary = json.loads((tmp_path / "s.json").read_text())
+    for key in ("proton_kernel_count", "proton_artifact_dir", "proton_device"):
+        assert f"<th>{key}</th>" in html or f"<th>{key.removeprefix('proton_')}</th>" in html
+    assert summary["proton_artifact_dir"] in html
+
+
+def test_a_page_not_written_is_named_in_one_line_and_the_status_stays_the_summary_s(tmp_path):
+    p = run(
+        sys.executable,
+        ROOT / "parse_hatchet.py",
+        HOOK,
+        "-o",
+        tmp_path / "s.json",
+        "--html",
+        tmp_path / "no" / "p.html",
+    )
+    assert p.returncode == 0
+    assert (
+        p.stderr
+        == f"parse_hatchet: no page written to {tmp_path / 'no' / 'p.html'}: No such file or directory\n"
+    )
+    assert json.loads((tmp_path / "s.json").read_text())["proton_kernel_count"] == 26
+
+
+def test_the_page_never_replaces_the_json_or_an_input(tmp_path):
+    same = run(
+        sys.executable,
+        ROOT / "parse_hatchet.py",
+        HOOK,
+        "-o",
+        tmp_path / "s.json",
+        "--html",
+        tmp_path / "s.json",
+    )
+    assert same.returncode == 2 and "name one file" in same.stderr
+    copy = tmp_path / "c.hatchet"
+    copy.write_bytes(HOOK.read_bytes())
+    p = run(
+        sys.executable, ROOT / "parse_hatchet.py", copy, "--html", copy, "-o", tmp_path / "s.json"
+    )
+    assert (
+        p.returncode == 0
+        and "no page written" in p.stderr
+        and copy.read_bytes() == HOOK.read_bytes()
+    )
+
+
+def test_plotly_is_imported_only_when_a_page_is_written(tmp_path):
+    code = (
+        "import sys, parse_hatchet as ph; ph.main([sys.argv[1], '-o', sys.argv[2]]);"
+        "print('plotly' in sys.modules)"
+    )
+    p = run(sys.executable, "-c", code, HOOK, tmp_path / "s.json")
+    assert p.stdout == "False\n"
+
+
+def test_the_headline_is_shown_verbatim_and_the_gate_in_its_words(tmp_path):
+    trials = FIXTURES / "h200-trials"
+    summary = summarized(
+        tmp_path, trials / "slower", "--diff", trials / "base", "--fail-above", "5"
+    )
+    html = page.page(summary)
+    assert f'<h1 id="headline" class="fail">{escape(summary["headline"])}</h1>' in html
+    regressions = summary["proton_diff"]["regressions"]
+    assert (
+        regressions
+        and f"gate failed (exit 3): {len(regressions)} slower past --fail-above 5" in html
+    )
+    rows = [t for t in figure_data(html, "compare") if t["marker"].get("symbol") == "diamond"]
+    judged = summary["proton_diff"]["kernels"] + summary["proton_diff"]["callsites"]
+    assert len(rows) == sum(r["ratio"] is not None for r in judged)
+
+
+def test_kernel_bars_keep_tuning_launches_apart(tmp_path):
+    summary = summarized(tmp_path, FIXTURES / "h200-autotuned.hatchet.gz")
+    html = page.page(summary)
+    own, tuning = figure_data(html, "kernels")[:2]
+    assert tuning["name"].startswith("autotuning launches")
+    axpy = tuning["y"][next(i for i, t in enumerate(tuning["text"]) if "+ 3325 tuning" in t)]
+    assert tuning["x"][axpy] > 100 * own["x"][axpy]  # the tuner's 44 ms beside 0.2 ms of use
+    launches = next(k["launches"] for k in summary["proton_kernels"] if k["name"] == "axpy_kernel")
+    assert tuning["text"][axpy].startswith(f"{launches - 3325} launches + 3325 tuning")
+
+
+def test_percent_of_peak_and_of_the_ceiling_where_the_run_has_one(tmp_path):
+    html = page.page(summarized(tmp_path, HOOK, "--peak-gbps", "4000"))
+    bars = {t["name"]: t for t in figure_data(html, "kernels")}
+    assert bars["% of the nominal peak"]["x"][0] == pytest.approx(1.139, abs=1e-3)
+    assert bars["% of the measured ceiling"]["x"][0] == pytest.approx(5484.3 / 4000, abs=1e-3)
+
+
+def test_the_icicle_is_the_call_sites_tree_with_their_source_lines(tmp_path):
+    summary = summarized(tmp_path, HOOK)
+    summary["proton_callsites"][0]["source"] = "softmax_kernel[grid](y, x)"
+    (icicle,) = figure_data(page.page(summary), "callsites")
+    assert icicle["type"] == "icicle" and sum(icicle["values"]) == pytest.approx(
+        sum(s["ms"] for s in summary["proton_callsites"])
+    )
+    leaf = icicle["ids"].index(
+        "all\nsoftmax.py:291 <module>\nsoftmax.py:282 main\nsoftmax.py:202 softmax\n"
+        "softmax.py:172 launch\n\0softmax_kernel [4096x1024 float32]"
+    )
+    assert "softmax_kernel[grid](y, x)" in icicle["customdata"][leaf]
+
+
+def test_timeline_bins_hold_each_call_site_s_kernel_time(tmp_path):
+    summary = summarized(tmp_path, FIXTURES / "h200-softmax-python.chrome_trace")
+    for e in summary["proton_timeline"]:
+        assert len(e["busy_by_bin"]) == 200
+        assert sum(e["busy_by_bin"]) * e["bin_us"] / 1e3 == pytest.approx(e["kernel_ms"], rel=0.02)
+    html = page.page(summary)
+    (strip,) = figure_data(html, "timeline")
+    assert "bins of 10.3 us" in strip["y"][0] and "the host's launch cost bounds it" in html
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
+def test_every_fixture_has_a_page(tmp_path, path):
+    html = page.page(summarized(tmp_path, path))
+    assert "Plotly.newPlot" in html and "<h2>" in html
+
+
+def test_the_page_of_a_trace_of_200_call_sites_and_200000_launches_is_at_most_10_mb(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    from parse_speed import loop_trace
+
+    trace = tmp_path / "loop.chrome_trace"
+    trace.write_text(json.dumps(loop_trace(200, 200_000)))
+    assert (
+        ph.main([str(trace), "-o", str(tmp_path / "s.json"), "--html", str(tmp_path / "p.html")])
+        == 0
+    )
+    assert len(json.loads((tmp_path / "s.json").read_text())["proton_timeline"]) == 200
+    assert (tmp_path / "p.html").stat().st_size <= 10 * 2**20
