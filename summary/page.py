@@ -10,6 +10,7 @@ exactly what summary.json says; plotly is imported only when a page is made.
 from __future__ import annotations
 
 import html
+import zlib
 from typing import TYPE_CHECKING, NamedTuple
 
 from summary.views import launch_bound
@@ -112,13 +113,8 @@ def facts(summary: dict) -> list[tuple[str, str]]:
 def top(summary: dict) -> list[str]:
     """The headline verbatim, the gate's outcome, and the facts as a table."""
     said = gate(summary)
-    state = (
-        ""
-        if said is None
-        else ' class="pass"'
-        if said.startswith("gate passed")
-        else ' class="fail"'
-    )
+    passed = said is not None and said.startswith("gate passed")
+    state = "" if said is None else f' class="{"pass" if passed else "fail"}"'
     parts = [f'<h1 id="headline"{state}>{html.escape(summary.get("headline", ""))}</h1>']
     if said is not None:
         parts.append(f'<p class="gate" id="gate">{html.escape(said)}</p>')
@@ -168,7 +164,7 @@ def kernels(summary: dict) -> Figure | None:
         cols=2 if rated else 1,
         shared_yaxes=True,
         column_widths=[0.7, 0.3] if rated else None,
-        horizontal_spacing=0.015,
+        horizontal_spacing=0.03,
         subplot_titles=["share of GPU time", "% of peak bandwidth"] if rated else None,
     )
     tuned = [tuned.get(k["name"], [0.0, 0]) for k in shown]
@@ -186,9 +182,9 @@ def kernels(summary: dict) -> Figure | None:
     if rated:
         peak_bars(fig, shown, at)
     fig.update_layout(barmode="overlay", height=height(len(shown)), bargap=0.3)
-    fig.update_layout(legend={"orientation": "h", "y": -0.12 * 12 / max(len(shown), 3)})
+    fig.update_layout(showlegend=any(tuning) or len(fig.data) > 3, legend_orientation="h")
     fig.update_xaxes(tickformat=".0%")
-    fig.update_xaxes(range=[0, max(a + b for a, b in zip(own, tuning, strict=True)) * 1.5], col=1)
+    fig.update_xaxes(range=[0, max(a + b for a, b in zip(own, tuning, strict=True)) * 1.9], col=1)
     rows_axis(fig, [cut(k.get("readable_name", k["name"])) for k in shown])
     caption = ["GB/s and % of peak where Proton's launch hook counted bytes (HOOK=triton)."]
     return Figure("kernels", "Kernels", caption + more(rows, len(shown), "kernels"), fig)
@@ -232,6 +228,12 @@ def frames(callsite: str) -> list[str]:
     return out
 
 
+def warm(frame: str) -> str:
+    """A frame's colour as flame graphs draw them: warm, the same for the same function."""
+    hue = zlib.crc32(frame.partition(" ")[2].encode()) % 50  # its function, its line apart
+    return f"hsl({hue}, 80%, {58 + hue % 3 * 6}%)"
+
+
 def callsites(summary: dict) -> Figure | None:
     """The call sites as an icicle (a flame graph root up): each frame of the user's,
     then the kernels it launched, as wide as their GPU time; the source line on hover."""
@@ -240,18 +242,22 @@ def callsites(summary: dict) -> Figure | None:
     sites, names = summary.get("proton_callsites") or [], readable(summary)
     if not sites:
         return None
-    nodes = {"all": ["all call sites", "", "all call sites", 0.0]}  # label, parent, hover, ms
+    nodes = {"all": ["all call sites", "", "all call sites", 0.0, "#e8edf3"]}
     for site in sites:
         parent = "all"
         for frame in frames(site["callsite"]):
-            nodes.setdefault(f"{parent}\n{frame}", [cut(frame), parent, text(frame), 0.0])
+            nodes.setdefault(
+                f"{parent}\n{frame}", [cut(frame), parent, text(frame), 0.0, warm(frame)]
+            )
             parent = f"{parent}\n{frame}"
         source = text(site.get("source") or "(no source line here)")
         for k in site["kernels"]:
             name = names.get(k["name"], k["name"])
             hover = f"{text(name)}<br>{k.get('launches')} launches<br>{source}"
-            nodes.setdefault(f"{parent}\n\0{name}", [cut(name), parent, hover, 0.0])[3] += k["ms"]
-    label, parent, hover, ms = zip(*nodes.values(), strict=True)
+            nodes.setdefault(f"{parent}\n\0{name}", [cut(name), parent, hover, 0.0, PALE])[3] += k[
+                "ms"
+            ]
+    label, parent, hover, ms, colour = zip(*nodes.values(), strict=True)
     fig = go.Figure()
     fig.add_icicle(
         ids=list(nodes),
@@ -261,7 +267,7 @@ def callsites(summary: dict) -> Figure | None:
         customdata=hover,
         branchvalues="remainder",
         tiling={"orientation": "v"},
-        root={"color": "#e8edf3"},
+        marker_colors=colour,
         hovertemplate="%{customdata}<br>%{value:.4f} ms, %{percentRoot:.1%}<extra></extra>",
     )
     fig.update_layout(height=520, margin={"t": 10, "l": 10, "r": 10, "b": 10})
@@ -466,11 +472,11 @@ def page(summary: dict) -> str:
     for view in VIEWS:
         if (figure := view(summary)) is None:
             continue
-        figure.figure.update_layout(template="plotly_white", font_family="system-ui, sans-serif")
-        figure.figure.update_layout(margin_t=30, margin_r=10)
+        figure.figure.update_layout(template="none", margin={"t": 30, "r": 10, "b": 50})
+        figure.figure.update_yaxes(automargin=True)
         parts.append(f"<h2>{figure.title}</h2>")
         parts += [f'<p class="caption">{line}</p>' for line in figure.caption]
-        config = {"displaylogo": False, "responsive": True}
+        config = {"displayModeBar": False, "responsive": True}
         parts.append(
             pio.to_html(
                 figure.figure, config, include_plotlyjs=inline, full_html=False, div_id=figure.key
