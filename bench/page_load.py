@@ -4,11 +4,18 @@ headless Chromium takes to open it until every figure is drawn; on the README's 
 and on a generated trace of 200 call sites and 200,000 launches.
 
     python bench/page_load.py        (needs Debian's chromium and chromium-driver)
+    python bench/page_load.py --screenshot
 
-Prints a line for each capture and writes the lines to bench/page-load.txt.
+Prints a line for each capture and writes the lines to bench/page-load.txt. With
+--screenshot, instead remakes docs/report.png, the README's picture of the page of the
+capture its `<!-- page: FIXTURE -->` marker names, the fixture and the page's headline
+written into the PNG, where tests/test_readme.py reads them.
 """
 
+import io
 import json
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -23,6 +30,9 @@ sys.path.insert(0, str(HERE))
 from parse_speed import loop_trace  # noqa: E402
 
 RESULTS = HERE / "page-load.txt"
+SCREENSHOT = ROOT / "docs" / "report.png"
+WIDTH = 1100  # pixels: the page's figures as a README shows them, near full size
+MARKER = re.compile(r"<!-- page: (\S+) -->")
 REPEATS = 5
 # Resolves once plotly has drawn every figure, with the milliseconds since navigation began.
 DRAWN = """const done = arguments[arguments.length - 1];
@@ -55,7 +65,7 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"):
         options.add_argument(arg)
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
@@ -70,7 +80,41 @@ def load_ms(driver, page):
     return statistics.median(times)
 
 
+def screenshot(driver):
+    """docs/report.png: the page of the README's fixture as Chromium draws it, made in a
+    run folder of its own (the page names its folder)."""
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    fixture = MARKER.search((ROOT / "README.md").read_text())[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "profiling_results" / "profile" / "latest"
+        run.mkdir(parents=True)
+        shutil.copy(ROOT / fixture, run)
+        cmd = [sys.executable, str(ROOT / "parse_hatchet.py"), str(run), "-o", str(run / "s.json")]
+        subprocess.run([*cmd, "--html", str(run / "report.html")], check=True)
+        headline = json.loads((run / "s.json").read_text()).get("headline", "")
+        driver.set_window_size(WIDTH, 4000)  # taller than the page: drawn once, then cut
+        driver.get((run / "report.html").as_uri())
+        driver.execute_async_script(DRAWN)
+        height = driver.execute_script("return document.body.getBoundingClientRect().bottom + 16")
+        png = Image.open(io.BytesIO(driver.get_screenshot_as_png())).crop(
+            (0, 0, WIDTH, int(height))
+        )
+    info = PngInfo()
+    info.add_text("page", fixture)
+    info.add_text("headline", headline)
+    png.convert("RGB").save(SCREENSHOT, pnginfo=info, optimize=True)
+    print(f"{SCREENSHOT.relative_to(ROOT)}: {png.size[0]}x{png.size[1]}, the page of {fixture}")
+
+
 def main():
+    if sys.argv[1:] == ["--screenshot"]:
+        driver = browser()
+        try:
+            return screenshot(driver)
+        finally:
+            driver.quit()
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "loop.chrome_trace"
         trace.write_text(json.dumps(loop_trace(200, 200_000)))

@@ -140,7 +140,8 @@ def autotuned(summary: dict) -> dict:
 def kernel_words(k: dict, tuned: list) -> str:
     """A kernel bar's words: its launches (the tuner's apart), mean and GB/s where recorded."""
     launches = "?" if k.get("launches") is None else k["launches"] - tuned[1]
-    words = [f"{launches} launches" + (f" + {tuned[1]} tuning" if tuned[1] else "")]
+    words = [f"{launches} launch{'' if launches == 1 else 'es'}"]
+    words[0] += f" + {tuned[1]} tuning" if tuned[1] else ""
     if k.get("mean_us") is not None:
         words.append(f"mean {k['mean_us']:.2f} us")
     if k.get("gbyte_per_s") is not None:
@@ -165,7 +166,7 @@ def kernels(summary: dict) -> Figure | None:
         shared_yaxes=True,
         column_widths=[0.7, 0.3] if rated else None,
         horizontal_spacing=0.03,
-        subplot_titles=["share of GPU time", "% of peak bandwidth"] if rated else None,
+        subplot_titles=["share of GPU time", "% of peak GB/s"] if rated else None,
     )
     tuned = [tuned.get(k["name"], [0.0, 0]) for k in shown]
     tuning = [ms / total for ms, _ in tuned]

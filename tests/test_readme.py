@@ -3,21 +3,23 @@ against the capture alone, never against today's source lines), links that lead 
 and a README short enough to read: make profile's output and a compare verdict on its
 first screen."""
 
+import json
 import re
 import shutil
 import sys
 
 import pytest
 
-from summary import captures
 import parse_hatchet as ph
 from conftest import ROOT, run
+from summary import captures
 
 README = (ROOT / "README.md").read_text()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FIXTURES = ROOT / "tests" / "fixtures"
 QUOTE = re.compile(r"<!-- capture: (\S+) --top (\d+) -->\n```\n(.*?)```", re.S)
 QUOTES = [(page, *q) for page in PAGES for q in QUOTE.findall(page.read_text())]
+PAGE = re.compile(r"<!-- page: (\S+) -->\n!\[[^\]]+\]\((\S+\.png)\)")
 COMPARE = re.compile(r"<!-- compare: (\S+) against (\S+) --top (\d+) -->\n```\n(.*?)```", re.S)
 # A copy of the example's files may delete them: links into them may dangle there.
 EXAMPLE = {ROOT / path for path in (ROOT / ".ci" / "example").read_text().split()}
@@ -64,6 +66,20 @@ def test_the_quoted_verdict_is_what_make_compare_prints_for_its_two_runs(tmp_pat
         cwd=tmp_path,
     )
     assert p.returncode == 3 and p.stdout.startswith(block), p.stdout
+
+
+def test_the_first_image_is_the_page_of_the_capture_its_marker_names():
+    # bench/page_load.py --screenshot writes the fixture and the page's headline into the PNG.
+    from PIL import Image
+
+    ((fixture, image),) = PAGE.findall(README)
+    assert README.index("![") == README.index("<!-- page: ") + len(f"<!-- page: {fixture} -->\n")
+    assert "python bench/page_load.py --screenshot" in README and "--html" in README
+    shot = Image.open(ROOT / image)
+    assert shot.text["page"] == fixture and 800 <= shot.width <= 1600
+    assert (ROOT / image).stat().st_size < 2**19  # a README's picture, not a page's weight
+    summary = run(sys.executable, ROOT / "parse_hatchet.py", ROOT / fixture)
+    assert shot.text["headline"] == json.loads(summary.stdout).get("headline", "")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
