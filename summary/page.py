@@ -199,22 +199,14 @@ def peak_bars(fig: go.Figure, shown: list, at: list) -> None:
     fig.add_bar(
         x=peak, y=at, **RIGHT, name="% of the nominal peak", text=words, marker_color=ORANGE
     )
-    if any(k.get("pct_of_ceiling_bw") is not None for k in shown):
-        ceiling = [k.get("pct_of_ceiling_bw") for k in shown]
-        words = [
-            f"{c:.0%} of ceiling" + (", L2-resident" if k.get("l2_resident") else "")
-            if c is not None
-            else ""
-            for c, k in zip(ceiling, shown, strict=True)
-        ]
-        fig.add_bar(
-            x=ceiling,
-            y=at,
-            **RIGHT,
-            name="% of the measured ceiling",
-            text=words,
-            marker_color=GREEN,
-        )
+    ceiling = [k.get("pct_of_ceiling_bw") for k in shown]
+    if any(c is not None for c in ceiling):  # narrower, on the peak's bar
+        l2 = [" L2-resident" if k.get("l2_resident") else "" for k in shown]
+        words = ["" if c is None else f"{c:.0%}{s}" for c, s in zip(ceiling, l2, strict=True)]
+        style = {"marker_color": GREEN, "width": 0.35, "textposition": "outside", "text": words}
+        fig.add_bar(x=ceiling, y=at, **RIGHT, name="% of the measured ceiling", **style)
+    most = max(x for x in [*peak, *ceiling, 1.0] if x is not None)
+    fig.update_xaxes(range=[0, most * 1.6], row=1, col=2)
 
 
 # --- Call sites as an icicle ----------------------------------------------------------
