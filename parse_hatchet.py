@@ -402,6 +402,19 @@ def summaries(
     return done, next((s.problem for s in done if s.problem), None), found
 
 
+def write_page(path: str | None, summary: dict, inputs: set) -> None:
+    """The summary's page (summary/page.py) where --html asks for one; one that cannot be
+    written is named in one line, and the exit status stays the summary's."""
+    if path is None:
+        return
+    from summary import page
+
+    try:
+        page.write(path, summary, inputs)
+    except (Refused, OSError) as e:
+        say(f"no page written to {path[:200]}: {getattr(e, 'strerror', None) or str(e)[:300]}")
+
+
 def run(args: argparse.Namespace) -> int:
     done, problem, found = summaries(args.paths, args.world_size, args.peak_gbps)
     inputs = set(found.seen)
@@ -442,14 +455,7 @@ def run(args: argparse.Namespace) -> int:
         shown = {k["name"]: k["readable_name"] for k in summary["proton_kernels"]}
         stacks = views.folded(done[0].run.capture, shown)
         captures.write_output(args.folded, stacks, inputs)
-    if args.html is not None:  # a page not written is named; the status stays the summary's
-        from summary import page
-
-        try:
-            page.write(args.html, summary, inputs)
-        except (Refused, OSError) as e:
-            why = getattr(e, "strerror", None) or str(e)[:300]
-            say(f"no page written to {args.html[:200]}: {why}")
+    write_page(args.html, summary, inputs)
     if args.table:
         return captures.emit(table(summary, args.top).encode("utf-8", "backslashreplace"), status)
     return captures.emit(to_json(summary), status) if output is None else status
