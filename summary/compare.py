@@ -37,7 +37,9 @@ def spread(times: list) -> dict:
 def trials(summaries: list) -> dict:
     """proton_trials: n, and each kernel's time per trial across trials, the largest first."""
     kernels = per_trial(summaries, "proton_kernels", lambda row: row["name"])
-    rows = [{"name": name, **spread(times)} for name, (_, times) in kernels.items()]
+    rows = [
+        {"name": name, **spread(times), "times_ms": times} for name, (_, times) in kernels.items()
+    ]
     return {"n": len(summaries), "kernels": sorted(rows, key=lambda r: r["mean_ms"], reverse=True)}
 
 
@@ -78,6 +80,7 @@ def diff(base: list, now: list, base_name: str, fail_above: float | None, min_ms
             else:
                 row["callsite"] = moved((before or after)[0], (after or before)[0])
             times = (before and before[1], after and after[1])
+            row.update(base_times_ms=times[0] or None, times_ms=times[1] or None)  # per trial
             rows.append({**row, **verdict(*times, fail_above, min_ms)})
     rows.sort(key=lambda row: abs(row["ms"] - row["base_ms"]), reverse=True)
     totals = [

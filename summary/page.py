@@ -71,7 +71,8 @@ def readable(summary: dict) -> dict:
 
 def rows_axis(fig: go.Figure, labels: list[str]) -> None:
     """Rows top down, one per label (labels may repeat: two call sites can end alike)."""
-    fig.update_yaxes(tickvals=list(range(len(labels))), ticktext=labels, autorange="reversed")
+    ticks = {"tickvals": list(range(len(labels))), "ticktext": labels, "zeroline": False}
+    fig.update_yaxes(autorange="reversed", **ticks)
 
 
 # --- The top: headline, gate, facts ---------------------------------------------------

@@ -122,9 +122,17 @@ def test_the_headline_is_shown_verbatim_and_the_gate_in_its_words(tmp_path):
         regressions
         and f"gate failed (exit 3): {len(regressions)} slower past --fail-above 5" in html
     )
-    rows = [t for t in figure_data(html, "compare") if t["marker"].get("symbol") == "diamond"]
+    traces = figure_data(html, "compare")
     judged = summary["proton_diff"]["kernels"] + summary["proton_diff"]["callsites"]
-    assert len(rows) == sum(r["ratio"] is not None for r in judged)
+    diamonds = [t for t in traces if t["marker"].get("symbol") == "diamond"]
+    assert len(diamonds) == sum(r["ratio"] is not None for r in judged)
+    trials = [t for t in traces if t["marker"].get("symbol") == "circle"]  # now's, each trial
+    assert (
+        [len(t["x"]) for t in trials] == [len(r["times_ms"]) for r in judged] == [3] * len(judged)
+    )
+    assert trials[0]["x"] == pytest.approx(
+        [t / judged[0]["base_ms"] for t in judged[0]["times_ms"]]
+    )
 
 
 def test_kernel_bars_keep_tuning_launches_apart(tmp_path):
