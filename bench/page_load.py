@@ -33,7 +33,7 @@ RESULTS = HERE / "page-load.txt"
 SCREENSHOT = ROOT / "docs" / "report.png"
 WIDTH = 1100  # pixels: the page's figures as a README shows them, near full size
 MARKER = re.compile(r"<!-- page: (\S+) -->")
-REPEATS = 5
+REPEATS = 7
 # Resolves once plotly has drawn every figure, with the milliseconds since navigation began.
 DRAWN = """const done = arguments[arguments.length - 1];
 const figures = () => [...document.querySelectorAll('.plotly-graph-div')];
