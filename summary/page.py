@@ -236,21 +236,21 @@ def callsites(summary: dict) -> Figure | None:
     sites, names = summary.get("proton_callsites") or [], readable(summary)
     if not sites:
         return None
+    # id (a node's path from the root; a kernel's holds a NUL, which no frame does) ->
+    # label, parent, hover, ms, colour
     nodes = {"all": ["all call sites", "", "all call sites", 0.0, "#e8edf3"]}
     for site in sites:
         parent = "all"
-        for frame in frames(site["callsite"]):
-            nodes.setdefault(
-                f"{parent}\n{frame}", [cut(frame), parent, text(frame), 0.0, warm(frame)]
-            )
-            parent = f"{parent}\n{frame}"
+        for frame in frames(site["callsite"]):  # a node's id: its path from the root
+            node = f"{parent}\n{frame}"
+            nodes.setdefault(node, [cut(frame), parent, text(frame), 0.0, warm(frame)])
+            parent = node
         source = text(site.get("source") or "(no source line here)")
         for k in site["kernels"]:
             name = names.get(k["name"], k["name"])
             hover = f"{text(name)}<br>{k.get('launches')} launches<br>{source}"
-            nodes.setdefault(f"{parent}\n\0{name}", [cut(name), parent, hover, 0.0, PALE])[3] += k[
-                "ms"
-            ]
+            leaf = nodes.setdefault(f"{parent}\n\0{name}", [cut(name), parent, hover, 0.0, PALE])
+            leaf[3] += k["ms"]
     label, parent, hover, ms, colour = zip(*nodes.values(), strict=True)
     fig = go.Figure()
     fig.add_icicle(
