@@ -181,7 +181,7 @@ def provenance(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     if args.provenance:
-        from summary.captures import Refused, printable, why, write_output
+        from summary.files import Refused, printable, why, write_output
 
         try:
             write_output(args.provenance, json.dumps(provenance(args), indent=2) + "\n")

@@ -9,7 +9,6 @@ import sys
 
 import pytest
 
-from summary import captures
 import parse_hatchet as ph
 from conftest import ROOT, run
 
@@ -39,7 +38,8 @@ def test_every_capture_quote_is_found():
     "page, name, top, block", QUOTES, ids=[f"{q[0].name}:{q[1]}" for q in QUOTES]
 )
 def test_quoted_tables_are_what_parse_hatchet_prints_for_the_capture(page, name, top, block):
-    summary, problem, _ = ph.summarize(captures.find([str(FIXTURES / name)]), str(FIXTURES))
+    (done, *_), problem, _ = ph.summaries([str(FIXTURES / name)])
+    summary = done.summary
     assert problem is None
     assert block in ph.table(summary, int(top)), f"{page.name} quotes {name} wrongly"
 
