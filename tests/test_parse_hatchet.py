@@ -3,8 +3,10 @@ per-call-site views, and the command line's output files and exit codes."""
 
 import json
 import os
+import pickle
 import signal
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -123,10 +125,10 @@ def test_unreadable_count_drops_the_count_only(tmp_path, count):
 
 
 def test_ties_keep_first_seen_order_and_top_five(tmp_path):
-    names = ["f", "e", "d", "c", "b", "a", "g"]
+    names = ["c", "f", "a", "e", "b", "d", "g"]  # in no order of their names
     t = tree(*(leaf(n, 100 if n != "g" else 900) for n in names))
     s, _ = summary(write(tmp_path / "t.hatchet", t))
-    assert s["proton_top_kernels"] == ["g", "f", "e", "d", "c"]
+    assert s["proton_top_kernels"] == ["g", "c", "f", "a", "e"]
     assert len(s["proton_kernels"]) == 7
 
 
@@ -577,7 +579,13 @@ def test_output_replaces_a_regular_file_with_the_umask_s_mode(tmp_path):
     out.write_text("old")
     out.chmod(0o600)
     p = run(
-        "sh", "-c", f"umask 027 && {sys.executable} {ROOT / 'parse_hatchet.py'} {capture} -o {out}"
+        "sh",
+        "-c",
+        'umask 027 && "$0" "$1" "$2" -o "$3"',
+        sys.executable,
+        ROOT / "parse_hatchet.py",
+        capture,
+        out,
     )
     assert p.returncode == 0, p.stderr
     assert strict(out.read_text())["proton_kernel_count"] == 2
@@ -1216,3 +1224,121 @@ def test_h200_hook_capture_of_the_example_has_its_share_of_the_peak():
     assert k["gbyte_per_s"] == pytest.approx(21 * 2 * 2**24 / (k["total_ms"] * 1e6))
     peak = s["proton_device"][0]["peak_gbyte_per_s"]
     assert k["pct_of_peak_bw"] == pytest.approx(k["gbyte_per_s"] / peak)
+
+
+# Runs as Proton writes them, which once cost too much or read wrongly.
+
+H200 = {"arch": "90", "bus_width": 6144, "clock_rate": 1980000, "memory_clock_rate": 2619000}
+
+
+def test_a_kernel_on_two_gpus_of_one_model_keeps_its_percent_of_peak(tmp_path):
+    launch = {"bytes": 10**9, "device_type": "CUDA"}
+    t = tree(
+        leaf("k", 10**6, 1, device_id="0", **launch),
+        leaf("k", 10**6, 1, device_id="1", **launch),
+        device={"CUDA": {"0": {**H200, "num_sms": 132}, "1": {**H200, "num_sms": 132}}},
+    )
+    (k,) = summary(write(tmp_path / "t.hatchet", t))[0]["proton_kernels"]
+    assert k["gbyte_per_s"] == pytest.approx(1000) and k["pct_of_peak_bw"] > 0
+    other = {"CUDA": {"0": {**H200, "num_sms": 132}, "1": {**H200, "num_sms": 114}}}
+    (k,) = summary(write(tmp_path / "u.hatchet", [t[0], other]))[0][
+        "proton_kernels"
+    ]
+    assert k["pct_of_peak_bw"] is None  # two models: no one peak
+
+
+def test_plain_flops_get_a_percent_of_peak_and_widths_are_never_summed(tmp_path):
+    device = {"CUDA": {"0": {**H200, "num_sms": 132}}}
+    hooked = {"device_id": "0", "device_type": "CUDA"}
+    t = tree(leaf("k", 10**6, 1, flops=10**12, **hooked), device=device)
+    (k,) = summary(write(tmp_path / "t.hatchet", t))[0]["proton_kernels"]
+    assert k["flop_per_s"] == pytest.approx(1e15) and 0 < k["pct_of_peak_flops"] < 10
+    p = cli(tmp_path / "t.hatchet", "--table")
+    assert "FLOP/s" in p.stdout and "% peak FLOP" in p.stdout and "% peak BW" not in p.stdout
+
+
+def test_the_timeline_costs_its_launches_whatever_their_names(tmp_path):
+    # 40,000 launches from one line, each named by its shape: once launches x names (418 s).
+    events = trace(*((20, 10 * i, 5, 1) for i in range(40_000)))
+    for i, e in enumerate(events["traceEvents"]):
+        e["name"] = f"k [{i}x1024 float32]"
+    path = write(tmp_path / "t.chrome_trace", events)
+    p = subprocess.run(
+        [sys.executable, ROOT / "parse_hatchet.py", path], capture_output=True, timeout=120
+    )
+    assert p.returncode == 0 and json.loads(p.stdout)["proton_timeline"][0]["launches"] == 40_000
+
+
+def test_ranks_and_their_timelines_cost_their_files_not_the_square(tmp_path):
+    # 60,000 one-launch rank traces, in process: once files x files (minutes).
+    per_file = [(r, Path(f"/r/proton.rank{r}.chrome_trace"), 0.001, 1) for r in range(60_000)]
+    result = adding.Run(per_file=per_file)
+    result.traced = [(path, [(1.0 * r, 2.0 * r, 0, "k")], 10**9) for r, path, *_ in per_file]
+    code = (
+        "import pickle, sys; from summary import views; views.ranks(*pickle.load(sys.stdin.buffer))"
+    )
+    data = pickle.dumps((per_file, result))
+    p = subprocess.run([sys.executable, "-c", code], input=data, cwd=ROOT, timeout=60)
+    assert p.returncode == 0
+
+
+def test_table_of_ranks_where_one_launched_nothing(tmp_path):
+    base = {"baseTimeNanoseconds": 10**18}
+    write(tmp_path / "proton.rank0.chrome_trace", {**trace((20, 0, 10, 1)), **base})
+    write(tmp_path / "proton.rank1.chrome_trace", {"traceEvents": [], **base})
+    p = cli(tmp_path, "--table")
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    assert [line.split()[0] for line in p.stdout.splitlines() if line.startswith("     ")][-2:]
+
+
+@pytest.mark.parametrize(
+    "names", [["trial01", "trial02", "trial10"], ["trial1", "trial2", "trial3"]]
+)
+def test_trial_folders_are_one_run_s_trials_by_number(tmp_path, names):
+    for n, name in enumerate(names, 1):
+        write(tmp_path / name / "proton.hatchet", tree(leaf("k", 1000 * n, 2)))
+    if names[-1] == "trial10":  # 1, 2, 10: not numbered 1 to N
+        p = cli(tmp_path)
+        assert p.returncode == 2 and "not numbered 1 to N" in p.stderr
+        (tmp_path / "trial10").rename(tmp_path / "trial03")
+    s = strict(cli(tmp_path).stdout)
+    (k,) = s["proton_trials"]["kernels"]
+    assert s["proton_trials"]["n"] == 3 and (k["min_ms"], k["max_ms"]) == (0.001, 0.003)
+
+
+def test_two_folders_of_one_trial_number_are_refused(tmp_path):
+    for name in ("trial1", "trial01"):
+        write(tmp_path / name / "proton.hatchet", GOOD)
+    p = cli(tmp_path)
+    assert p.returncode == 2 and "two folders are trial 1" in p.stderr
+
+
+def test_a_run_stopped_in_its_second_trial_names_that_trial(tmp_path):
+    write(tmp_path / "trial1" / "proton.hatchet", GOOD)
+    (tmp_path / "trial2").mkdir()
+    p = cli(tmp_path)
+    s = strict(p.stdout)
+    assert p.returncode == 1 and s["proton_kernel_count"] == 2
+    (entry,) = s["proton_unread"]
+    assert entry == {
+        "file": str(tmp_path / "trial2"),
+        "why": "no capture: the trial did not finish",
+    }
+
+
+def test_a_capture_a_link_to_it_and_its_gzip_copy_count_once(tmp_path):
+    import gzip
+
+    capture = write(tmp_path / "x.hatchet", GOOD)
+    (tmp_path / "a.hatchet").symlink_to(capture)  # sorts first: the link is read
+    (tmp_path / "x.hatchet.gz").write_bytes(gzip.compress(capture.read_bytes()))
+    p = cli(tmp_path)
+    assert p.returncode == 0 and strict(p.stdout)["proton_kernel_count"] == 2
+
+
+def test_a_rank_with_no_run_id_beside_one_that_has_is_not_summed(tmp_path):
+    write(tmp_path / "a" / "proton.rank0.hatchet", GOOD)
+    write(tmp_path / "a" / "provenance.json", {"run_id": "20261206T000000Z-1"})
+    write(tmp_path / "b" / "proton.rank1.hatchet", GOOD)
+    p = cli(tmp_path)
+    assert p.returncode == 1 and "never mixes runs" in p.stderr and p.stderr.count("\n") == 1
