@@ -83,42 +83,51 @@ def find(paths: list[str]) -> Found:
 
 
 def search(found: Found, folder: Path, top: bool = False) -> None:
-    """Adds the captures in folder and below; a folder reached again through a link is
-    read once, and one that cannot be listed is named."""
+    """Adds the captures in folder and below; at the top, trial<K> folders are a run's
+    trials, numbered 1 to N."""
+    trials = {}
+    for entry in listed(found, folder, top):
+        before = len(found.files)
+        if visit(found, entry) and top and (trial := TRIAL.fullmatch(entry.name)):
+            if (number := int(trial[1])) in trials:
+                raise Refused(f"{shown(folder)}: two folders are trial {number}")
+            trials[number] = (Path(entry.path), sorted(found.files[before:]))
+    if trials and sorted(trials) != list(range(1, len(trials) + 1)):
+        raise Refused(f"{shown(folder)}: trial folders not numbered 1 to N")
+    found.trials = found.trials or [trials[k] for k in sorted(trials)]
+
+
+def listed(found: Found, folder: Path, top: bool) -> list:
+    """folder's entries by name; none for a folder reached again through a link, or one
+    that cannot be listed (named; refused where the user named it)."""
     if (real := os.path.realpath(folder)) in found.seen:
-        return
+        return []
     found.seen[real] = folder
     try:
-        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+        return sorted(os.scandir(folder), key=lambda entry: entry.name)
     except OSError as e:
         if top:
             raise Refused(f"{shown(folder)}: {why(e)}") from None
         found.skipped.append(
             {"file": str(folder), "why": f"a folder that cannot be listed: {why(e)}"}
         )
-        return
-    trials = {}
-    for entry in entries:
-        before = len(found.files)
-        try:
-            folder_ = entry.is_dir()
-        except OSError as e:  # a link in a loop, or to where this user may not look
-            found.skipped.append({"file": entry.path, "why": why(e)})
-            continue
-        if folder_:
-            search(found, Path(entry.path))
-            if top and (trial := TRIAL.fullmatch(entry.name)):
-                number = int(trial[1])
-                if number in trials:
-                    raise Refused(f"{shown(folder)}: two folders are trial {number}")
-                trials[number] = (Path(entry.path), sorted(found.files[before:]))
-        elif entry.name == "provenance.json":
-            found.provenance.append(Path(entry.path))
-        elif CAPTURE.fullmatch(entry.name):
-            add(found, Path(entry.path), named=False)
-    if trials and sorted(trials) != list(range(1, len(trials) + 1)):
-        raise Refused(f"{shown(folder)}: trial folders not numbered 1 to N")
-    found.trials = found.trials or [trials[k] for k in sorted(trials)]
+        return []
+
+
+def visit(found: Found, entry: os.DirEntry) -> bool:
+    """Adds what a folder's entry holds; whether it is a folder."""
+    try:
+        folder = entry.is_dir()
+    except OSError as e:  # a link in a loop, or to where this user may not look
+        found.skipped.append({"file": entry.path, "why": why(e)})
+        return False
+    if folder:
+        search(found, Path(entry.path))
+    elif entry.name == "provenance.json":
+        found.provenance.append(Path(entry.path))
+    elif CAPTURE.fullmatch(entry.name):
+        add(found, Path(entry.path), named=False)
+    return folder
 
 
 def add(found: Found, path: Path, named: bool = True) -> bool:
