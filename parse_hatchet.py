@@ -221,10 +221,31 @@ def to_json(summary: dict) -> bytes:
     return b"{\n" + b",\n".join(lines) + b"\n}\n"
 
 
+def headline(summary: dict) -> str:
+    """The summary in one line, the terminal's first: a comparison's verdict, else the
+    kernel that took the most GPU time, and how good it is."""
+    if "proton_diff" in summary:
+        return compare.table(summary, 1)[0]
+    if not (kernels := summary.get("proton_kernels")):
+        return (
+            f"no timed kernel; {len(summary.get('proton_scopes', []))} scopes timed inside kernels"
+        )
+    k, gpu_ms = kernels[0], summary["proton_gpu_time_ms"]
+    line = f"{k['readable_name']}: {k['share']:.1%} of {gpu_ms:.4f} ms of GPU time"
+    if k["launches"]:
+        line += f", {k['launches']} launches of {k['mean_us']:.2f} us"
+    if k.get("gbyte_per_s"):
+        line += f", {k['gbyte_per_s']:.0f} GB/s"
+        line += f" ({k['pct_of_peak_bw']:.0%} of peak)" if k.get("pct_of_peak_bw") else ""
+        line += " [L2-resident]" if k.get("l2_resident") else ""
+    return line
+
+
 def table(summary: dict, top: int) -> str:
     """Each view as aligned text after a blank line, its names escaped: the comparison
     first, then kernels, call sites and the views of views.py."""
-    tables = [kernels_table(summary, top), callsites_table(summary, top)]
+    first = [] if "proton_diff" in summary else [headline(summary)]  # compare's own first line
+    tables = [first, kernels_table(summary, top), callsites_table(summary, top)]
     if "proton_diff" in summary or "proton_trials" in summary:
         tables.insert(0, compare.table(summary, top))
     tables += views.tables(summary, top)
@@ -395,6 +416,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:  # the JSON to stdout, never over a good -o
         say(f"{' '.join(args.paths)[:200]}: {problem}")
         return files.emit(to_json({"proton_artifact_dir": summary["proton_artifact_dir"]}), 1)
+    summary["headline"] = headline(summary)
     unread = any("same_as" not in u for s in done for u in s.summary["proton_unread"])
     status = 1 if unread else 3 if summary.get("proton_diff", {}).get("regressions") else 0
     if output is not None:

@@ -225,7 +225,10 @@ def test_cli_output_table_and_folded(tmp_path):
     p = cli(fixture, "-o", out, "--table", "--folded", fold, "--top", "2")
     assert p.returncode == 0
     assert json.loads(out.read_text())["proton_kernel_count"] == 12
-    rows = p.stdout.splitlines()
+    head, rows = p.stdout.split("\n\n")[:2]
+    assert head == json.loads(out.read_text())["headline"]  # the first line, as the JSON says
+    assert head == "add_kernel: 32.2% of 0.0544 ms of GPU time, 6 launches of 2.92 us"
+    rows = rows.splitlines()
     assert rows[0].split()[:3] == ["ms", "share", "launches"] and len(rows) == 4
     assert "add_kernel" in rows[1] and "aorta" in rows[3]  # says what launches counts
     assert "add_kernel 17520\n" in fold.read_text()
