@@ -1244,9 +1244,7 @@ def test_a_kernel_on_two_gpus_of_one_model_keeps_its_percent_of_peak(tmp_path):
     (k,) = summary(write(tmp_path / "t.hatchet", t))[0]["proton_kernels"]
     assert k["gbyte_per_s"] == pytest.approx(1000) and k["pct_of_peak_bw"] > 0
     other = {"CUDA": {"0": {**H200, "num_sms": 132}, "1": {**H200, "num_sms": 114}}}
-    (k,) = summary(write(tmp_path / "u.hatchet", [t[0], other]))[0][
-        "proton_kernels"
-    ]
+    (k,) = summary(write(tmp_path / "u.hatchet", [t[0], other]))[0]["proton_kernels"]
     assert k["pct_of_peak_bw"] is None  # two models: no one peak
 
 
@@ -1345,3 +1343,20 @@ def test_a_rank_with_no_run_id_beside_one_that_has_is_not_summed(tmp_path):
     write(tmp_path / "b" / "proton.rank1.hatchet", GOOD)
     p = cli(tmp_path)
     assert p.returncode == 1 and "never mixes runs" in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_the_documented_exit_statuses_are_the_script_s_own():
+    import re
+
+    doc = (ROOT / "docs" / "summary.md").read_text()
+    table = doc[doc.index("Exit status, each failure") :].split("\n\n")[1]
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.M)}
+    said = ph.__doc__[ph.__doc__.index("Exit status:") :]
+    assert documented == {
+        int(code) for code in re.findall(r"\b(\d+) (?:summarised|usage|a |ended)", said)
+    }
+    source = (ROOT / "parse_hatchet.py").read_text()
+    returned = {
+        int(c) for c in re.findall(r"return (\d+)\b|, (\d+)\)$", source, re.M) for c in c if c
+    }
+    assert returned | {0, 3} == documented  # 3: where the diff finds a regression
