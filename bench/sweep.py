@@ -44,7 +44,7 @@ from triton.testing import do_bench_cudagraph  # noqa: E402
 
 import long_rows  # noqa: E402
 import softmax_op  # noqa: E402
-from summary.files import write_output  # noqa: E402
+from summary.captures import write_output  # noqa: E402
 
 SHAPES = [(4096, c) for c in (256, 512, 1024, 2048, 4096, 8192, 16384)]
 SHAPES += [(65536, 2048), (1024, 65536), (512, 131072), (256, 262144), (64, 1048576)]
