@@ -171,16 +171,11 @@ def provenance(args: argparse.Namespace) -> dict:
     """What made this run, read without importing torch or Triton: their versions, and the
     backend and mode asked for and given to Proton (None where Proton or the script chose)."""
     intra = args.backend == "instrumentation"
-    given = None if args.env else args.mode or ("default" if intra else None)
-    return {
-        "triton": version("triton"),
-        "torch": version("torch"),
-        "backend_asked": args.backend or "auto",
-        "backend_used": None if args.env or args.backend in (None, "auto") else args.backend,
-        "mode_asked": args.mode,
-        "mode_used": given,
-        "run_id": args.run_id,
-    }
+    mode = None if args.env else args.mode or ("default" if intra else None)
+    backend = None if args.env or args.backend == "auto" else args.backend
+    asked = dict(backend_asked=args.backend or "auto", mode_asked=args.mode, run_id=args.run_id)
+    versions = dict(triton=version("triton"), torch=version("torch"))
+    return versions | asked | dict(backend_used=backend, mode_used=mode)
 
 
 def check_launch_metadata(kernel: object, launch: Callable[[], object]) -> dict:
@@ -215,10 +210,9 @@ def check_launch_metadata(kernel: object, launch: Callable[[], object]) -> dict:
     got = hook(grid, SimpleNamespace(name=jit.fn.__name__), dict(bound.arguments))
     if not isinstance(got, dict) or not isinstance(got.get("name"), str):
         raise ValueError(f"launch_metadata must return a dict whose name is a str: {got!r:.200}")
-    if not any(key in got for key in ROOFLINE):
+    if not (rates := {key: got[key] for key in ROOFLINE if key in got}):
         raise ValueError(f"launch_metadata returns none of {', '.join(ROOFLINE)}")
-    for key in filter(got.__contains__, ROOFLINE):
-        value = got[key]
+    for key, value in rates.items():
         if isinstance(value, bool) or not math.isfinite(float(value)) or float(value) < 0:
             raise ValueError(f"launch_metadata's {key} must be a finite number >= 0: {value!r:.60}")
     return got
