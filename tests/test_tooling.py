@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import ROOT, example_files, run
 
 TOOLING = [
     "Makefile",
@@ -27,7 +27,7 @@ TOOLING = [
     ".ci/run",
 ]
 EXAMPLE = re.compile(r"\bsoftmax\.py\b|\blong_rows\b|^\s*(import|from)\s+softmax\b", re.M)
-LISTED = (ROOT / ".ci" / "example").read_text().split()
+LISTED = example_files()
 
 
 def test_the_tooling_names_no_example():
