@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import parse_hatchet as ph
-from conftest import ROOT, run
+from conftest import ROOT, example_files, run
 
 README = (ROOT / "README.md").read_text()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -19,7 +19,7 @@ QUOTE = re.compile(r"<!-- capture: (\S+) --top (\d+) -->\n```\n(.*?)```", re.S)
 QUOTES = [(page, *q) for page in PAGES for q in QUOTE.findall(page.read_text())]
 COMPARE = re.compile(r"<!-- compare: (\S+) against (\S+) --top (\d+) -->\n```\n(.*?)```", re.S)
 # A copy of the example's files may delete them: links into them may dangle there.
-EXAMPLE = {ROOT / path for path in (ROOT / ".ci" / "example").read_text().split()}
+EXAMPLE = {ROOT / path for path in example_files()}
 
 
 def test_the_readme_is_short_and_shows_make_profile_on_its_first_screen():
