@@ -116,6 +116,7 @@ trial() {  # the command of trial $1 as $command, writing into the folder $dir
 }
 summarise=("$py" "$here/parse_hatchet.py" "$out" -o "$out/summary.json" --table)
 [[ -z $world ]] || summarise+=(--world-size "$world")
+[[ ! -d $results/ceiling ]] || summarise+=(--ceiling "$results/ceiling")  # make ceiling's
 shown() { local line; line=$(printf '%q ' "$@"); echo "${line% }"; }  # pasteable words
 if ((dry_run)); then
   echo "# run folder: $(printf %q "$out")"
