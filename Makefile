@@ -69,7 +69,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 .PHONY: help setup run profile trace intra intra-trace view compare bench bench-report \
-  bench-parse test test-gpu lint clean docker-build docker-run docker-profile docker-test
+  ceiling bench-parse test test-gpu lint clean docker-build docker-run docker-profile docker-test
 
 help: ## list the targets and the variables
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(call q,$(HERE)/Makefile)
@@ -101,31 +101,41 @@ START = $(if $(filter 1,$(NPROC)),$(PY),$(PY) -m torch.distributed.run --standal
 PROFILE = $(call q,$(HERE)/profile.sh) --recipe $(call q,$(RECIPE)) --results $(call q,$(OUT)) \
   $(if $(HOOK),--hook $(call q,$(HOOK))) $(if $(TRIALS),--trials $(call q,$(TRIALS)))
 COMMAND = $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))
+# A recipe's first line where SCRIPT must exist: a copy without the example names its own.
+HAS_SCRIPT = @[[ -f $(call q,$(SCRIPT)) ]] || { echo "make $@: no script "$(call q,$(SCRIPT))": \
+  set SCRIPT=your.py" >&2; exit 2; }
 
 run: setup ## run SCRIPT with ARGS, without Proton
+	$(HAS_SCRIPT)
 	$(PY) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))
 
 profile: setup ## run SCRIPT under Proton as RECIPE says (NPROC, HOOK, TRIALS): OUT/profile
+	$(HAS_SCRIPT)
 	$(PROFILE) -- $(COMMAND)
 
 trace: setup ## the same as a trace, every launch on a timeline: OUT/trace
+	$(HAS_SCRIPT)
 	$(PROFILE) --data trace -- $(COMMAND)
 
 intra: setup ## cycles of the scopes inside the kernel (instrumentation backend): OUT/intra
+	$(HAS_SCRIPT)
 	$(PROFILE) --backend instrumentation -- $(COMMAND)
 
 # Shadow context: a Python call stack on each of the trace's events would quadruple it.
 intra-trace: setup ## every warp's scopes on a timeline (TRACE_ARGS): OUT/intra-trace
+	$(HAS_SCRIPT)
 	$(PROFILE) --backend instrumentation --data trace --context shadow -- \
 	  $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(TRACE_ARGS))
 
 # function_line keeps python-context names to "line@function" instead of full paths.
 view: setup ## print the latest profile's tree (proton-viewer -m time/ms)
 	@f=$$(find -L $(call q,$(call path,$(OUT))/profile/latest) -name '*.hatchet' 2>/dev/null | sort | head -n 1) || :; \
-	  [[ -n $$f ]] || { echo "make view: no capture in "$(call q,$(OUT)/profile/latest)": run make profile" >&2; exit 1; }; \
+	  [[ -n $$f ]] || { echo "make view: no capture in "$(call q,$(OUT)/profile/latest)": run make profile" >&2; exit 2; }; \
 	  $(PY) -m triton.profiler.viewer -m time/ms -f function_line "$$f"
 
 compare: setup ## CUR against BASE (latest and previous profile): verdicts; FAIL_ABOVE, MIN_MS
+	@for run in $(call q,$(CUR)) $(call q,$(BASE)); do [[ -e $$run ]] || { echo "make compare:" \
+	  "no run $$run: run make profile twice first, or set CUR= and BASE=" >&2; exit 2; }; done
 	$(PY) $(call q,$(HERE)/parse_hatchet.py) $(call q,$(call path,$(CUR))) --diff $(call q,$(call path,$(BASE))) \
 	  --table $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS)))
 
@@ -141,6 +151,9 @@ $(VENV)/.bench: bench/requirements.txt
 
 bench-report: setup ## redraw bench/results' tables, plots and docs/performance.md (MERGE)
 	$(PY) bench/report.py $(if $(MERGE),--merge $(call argv,$(MERGE)))
+
+ceiling: setup ## GPU only: copy and read GB/s from 1 MiB to 4 GiB: OUT/ceiling/<device>.json
+	$(PY) -m summary.ceiling --out $(call q,$(OUT))
 
 bench-parse: setup ## parse_hatchet.py's speed on large captures against json.load
 	$(PY) bench/parse_speed.py

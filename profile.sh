@@ -16,9 +16,10 @@
 # this run, --trials N its trials: with N > 1 trial K writes into RUN/trialK. --dry-run
 # prints what would run. Ctrl-C, SIGTERM and SIGHUP reach the command; profile.sh waits
 # for it to end and exits 130, 143 or 129, the run's folder left without a summary.
-# Exit status: the command's own when it fails; 1 no capture, or a capture or rank not
-# read (summary.json says which); 2 usage, a refused recipe, no GPU visible, an output
-# folder that exists already, or a latest or previous that is not a link.
+# Exit status: 0 summarised; the command's own when it fails; 1 no capture;
+# parse_hatchet.py's own when it fails (1 a capture or rank not read: its line says which);
+# 2 usage, a refused recipe, no GPU visible, an output folder that exists already, or a
+# latest or previous that is not a link; 129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM.
 set -euo pipefail
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -115,6 +116,7 @@ trial() {  # the command of trial $1 as $command, writing into the folder $dir
 }
 summarise=("$py" "$here/parse_hatchet.py" "$out" -o "$out/summary.json" --table)
 [[ -z $world ]] || summarise+=(--world-size "$world")
+[[ ! -d $results/ceiling ]] || summarise+=(--ceiling "$results/ceiling")  # make ceiling's
 shown() { local line; line=$(printf '%q ' "$@"); echo "${line% }"; }  # pasteable words
 if ((dry_run)); then
   echo "# run folder: $(printf %q "$out")"
@@ -188,18 +190,15 @@ record=("$py" "$here/proton_launch.py" --provenance "$out/provenance.json" --run
 [[ $backend == auto ]] || record+=(-b "$backend")
 [[ -z $proton_mode ]] || record+=(--mode "$proton_mode")
 [[ $mode == cli ]] || record+=(--env)
-child "${record[@]}"
-((status == 0)) || say "warning: no provenance written (exit $status)" >&2
+"${record[@]}" || say "warning: no provenance written (exit $?)" >&2
 child "${summarise[@]}"
-((status != 1)) || [[ ! -e $out/summary.json ]] ||
-  die 1 "not every capture or rank was read: ${out:0:200}/summary.json says which"
-((status == 0)) || die "$status" "no summary written (see the line above)"
-if [[ -z $output ]]; then  # links renamed into place: never seen half made
-  if [[ -L $runs/latest ]]; then
-    ln -sfn -- "$(readlink -- "$runs/latest")" "$runs/.previous.$$"
-    mv -fT -- "$runs/.previous.$$" "$runs/previous"
+((status == 0)) || exit "$status"  # parse_hatchet.py said why, on stderr
+if [[ -z $output ]]; then  # each link made beside, then renamed into place: never half made
+  last=$(readlink -- "$runs/latest") || last=
+  # latest first: stopped between the two, previous is an older run, never latest's.
+  ln -sfn -- "$stamp" "$runs/.latest.$$" && mv -fT -- "$runs/.latest.$$" "$runs/latest"
+  if [[ -n $last ]]; then
+    ln -sfn -- "$last" "$runs/.previous.$$" && mv -fT -- "$runs/.previous.$$" "$runs/previous"
   fi
-  ln -sfn -- "$stamp" "$runs/.latest.$$"
-  mv -fT -- "$runs/.latest.$$" "$runs/latest"
 fi
 say "wrote $out/summary.json"

@@ -487,6 +487,6 @@ def page(summary: dict) -> str:
 def write(path: str, summary: dict, inputs: set = frozenset()) -> None:
     """Writes the page of summary to path as every output is written: never over an
     input, a regular file replaced atomically."""
-    from summary.captures import write_output
+    from summary.files import write_output
 
     write_output(path, page(summary), inputs)

@@ -147,10 +147,15 @@ def test_kernel_bars_keep_tuning_launches_apart(tmp_path):
 
 
 def test_percent_of_peak_and_of_the_ceiling_where_the_run_has_one(tmp_path):
-    html = page.page(summarized(tmp_path, HOOK, "--peak-gbps", "4000"))
-    bars = {t["name"]: t for t in figure_data(html, "kernels")}
-    assert bars["% of the nominal peak"]["x"][0] == pytest.approx(1.139, abs=1e-3)
-    assert bars["% of the measured ceiling"]["x"][0] == pytest.approx(5484.3 / 4000, abs=1e-3)
+    ceiling = ROOT / "bench" / "results" / "ceiling-nvidia-h100-80gb-hbm3.json"
+    summary = summarized(tmp_path, HOOK, "--ceiling", ceiling)
+    top = summary["proton_kernels"][0]
+    assert top["l2_resident"] and top["pct_of_ceiling_bw"] > top["pct_of_peak_bw"] > 1
+    bars = {t["name"]: t for t in figure_data(page.page(summary), "kernels")}
+    assert bars["% of the nominal peak"]["x"][0] == top["pct_of_peak_bw"]
+    measured = bars["% of the measured ceiling"]
+    assert measured["x"][0] == top["pct_of_ceiling_bw"]
+    assert measured["text"][0] == f"{top['pct_of_ceiling_bw']:.0%} L2-resident"
 
 
 def test_the_icicle_is_the_call_sites_tree_with_their_source_lines(tmp_path):

@@ -11,8 +11,7 @@ import sys
 import pytest
 
 import parse_hatchet as ph
-from conftest import ROOT, run
-from summary import captures
+from conftest import ROOT, example_files, run
 
 README = (ROOT / "README.md").read_text()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -22,7 +21,7 @@ QUOTES = [(page, *q) for page in PAGES for q in QUOTE.findall(page.read_text())]
 PAGE = re.compile(r"<!-- page: (\S+) -->\n!\[[^\]]+\]\((\S+\.png)\)")
 COMPARE = re.compile(r"<!-- compare: (\S+) against (\S+) --top (\d+) -->\n```\n(.*?)```", re.S)
 # A copy of the example's files may delete them: links into them may dangle there.
-EXAMPLE = {ROOT / path for path in (ROOT / ".ci" / "example").read_text().split()}
+EXAMPLE = {ROOT / path for path in example_files()}
 
 
 def test_the_readme_is_short_and_shows_make_profile_on_its_first_screen():
@@ -41,7 +40,8 @@ def test_every_capture_quote_is_found():
     "page, name, top, block", QUOTES, ids=[f"{q[0].name}:{q[1]}" for q in QUOTES]
 )
 def test_quoted_tables_are_what_parse_hatchet_prints_for_the_capture(page, name, top, block):
-    summary, problem, _ = ph.summarize(captures.find([str(FIXTURES / name)]), str(FIXTURES))
+    (done, *_), problem, _ = ph.summaries([str(FIXTURES / name)])
+    summary = done.summary
     assert problem is None
     assert block in ph.table(summary, int(top)), f"{page.name} quotes {name} wrongly"
 
