@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run a command under Proton as an aorta recipe's collect.proton says, in a folder of its
-# own, and summarise its captures into that folder's summary.json.
+# own, and summarise its captures into that folder's summary.json (and its page,
+# report.html).
 #
 #   ./profile.sh [--recipe FILE] [--results DIR | --output DIR] [--data tree|trace]
 #                [--backend NAME] [--context shadow|python] [--hook triton] [--trials N]
@@ -114,7 +115,8 @@ trial() {  # the command of trial $1 as $command, writing into the folder $dir
   ((trials == 1)) || dir=$out/trial$1
   command=("${launch[@]}" -n "$dir/proton" "${flags[@]}" "${script[@]}")
 }
-summarise=("$py" "$here/parse_hatchet.py" "$out" -o "$out/summary.json" --table)
+summarise=("$py" "$here/parse_hatchet.py" "$out" -o "$out/summary.json" --html "$out/report.html"
+  --table)
 [[ -z $world ]] || summarise+=(--world-size "$world")
 [[ ! -d $results/ceiling ]] || summarise+=(--ceiling "$results/ceiling")  # make ceiling's
 shown() { local line; line=$(printf '%q ' "$@"); echo "${line% }"; }  # pasteable words

@@ -290,7 +290,8 @@ def test_dry_run_of_the_shipped_recipe(tmp_path):
     d = dry_run("--recipe", ROOT / "recipe.yaml", *MINE, "--n", "4096", cwd=tmp_path)
     assert re.fullmatch(rf"profiling_results/profile/{STAMP.pattern}", d.folder)
     assert d.moves == [] and d.commands == [words(f"python {CLI} mine.py --n 4096", d.folder)]
-    assert d.last == words("python SUMMARISER RUN -o RUN/summary.json --table", d.folder)
+    summarise = "python SUMMARISER RUN -o RUN/summary.json --html RUN/report.html --table"
+    assert d.last == words(summarise, d.folder)
     assert list(tmp_path.iterdir()) == []  # a dry run creates nothing
 
 
@@ -455,6 +456,7 @@ def test_a_good_capture_is_summarised_in_the_run_s_folder_with_the_umask_s_mode(
     (folder,), latest, previous = runs(tmp_path)
     assert latest == folder.name and previous is None
     assert (folder / "summary.json").stat().st_mode & 0o777 == 0o640
+    assert (folder / "report.html").read_text().startswith("<!DOCTYPE html>")  # its page
     s = summary(folder)
     assert s["proton_kernel_count"] == 12 and s["proton_top_kernels"][0] == "add_kernel"
     assert s["proton_artifact_dir"] == str(folder.resolve())
