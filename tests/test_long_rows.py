@@ -339,6 +339,12 @@ def test_the_command_line_checks_long_rows():
     assert "rows=2 cols=20000" in p.stdout
 
 
+def test_the_command_line_fails_on_a_wrong_result(monkeypatch, capsys):
+    monkeypatch.setattr(lr, "softmax", lambda x: torch.softmax(x.float(), -1) + 1e-3)
+    assert lr.main(["--rows", "2", "--cols", "20000"]) == 1
+    assert "FAIL result differs from torch.softmax" in capsys.readouterr().err
+
+
 def test_the_command_line_counts_each_rows_scratch(monkeypatch, capsys):
     # A row's slots or counters take a 128-byte line whatever its length: a million rows
     # of one half column need 16 MB as data, 128 MB with them, and 64 MiB free is refused.
