@@ -15,10 +15,11 @@ from summary import page
 
 FIXTURES = ROOT / "tests" / "fixtures"
 HOOK = FIXTURES / "h200-softmax-python-hook.hatchet"
-# Every fixture that is one run (h200-trials holds two, each one of them).
-RUNS = [p for p in sorted(FIXTURES.iterdir()) if p.name != "h200-trials"] + [
-    FIXTURES / "h200-trials" / side for side in ("base", "slower")
-]
+# Every fixture that is one run (h200-trials holds two, each one of them; a .json is no
+# capture).
+RUNS = [
+    p for p in sorted(FIXTURES.iterdir()) if p.name != "h200-trials" and p.suffix != ".json"
+] + [FIXTURES / "h200-trials" / side for side in ("base", "slower")]
 
 
 def summarized(tmp_path, *args):
@@ -147,7 +148,7 @@ def test_kernel_bars_keep_tuning_launches_apart(tmp_path):
 
 
 def test_percent_of_peak_and_of_the_ceiling_where_the_run_has_one(tmp_path):
-    ceiling = ROOT / "bench" / "results" / "ceiling-nvidia-h100-80gb-hbm3.json"
+    ceiling = FIXTURES / "h100-ceiling.json"
     summary = summarized(tmp_path, HOOK, "--ceiling", ceiling)
     top = summary["proton_kernels"][0]
     assert top["l2_resident"] and top["pct_of_ceiling_bw"] > top["pct_of_peak_bw"] > 1
