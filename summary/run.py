@@ -76,9 +76,9 @@ def layout(keys: tuple) -> tuple[list, list, list]:
     times, cpu = [], []
     for key in filter(lambda key: type(key) is str, keys):  # MessagePack allows others
         head, _, unit = key.partition("(")  # "time (ns) (exc)": a unit of "ns) (exc"
-        factor = TIME_UNIT_MS.get(unit.rstrip(")").strip().lower())
-        if factor and head.strip().lower() in ("time", "cpu_time"):
-            (times if head.strip().lower() == "time" else cpu).append((key, factor))
+        head, factor = head.strip().lower(), TIME_UNIT_MS.get(unit.rstrip(")").strip().lower())
+        if factor and head in ("time", "cpu_time"):
+            (times if head == "time" else cpu).append((key, factor))
     return times, cpu, [key for key in keys if key in ROOFLINE]
 
 
@@ -197,7 +197,6 @@ def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
         name = name.strip() if e.get("ph") == "X" and isinstance(name, str) else ""
         if type(ts) not in (int, float) or dur is None or not name:
             continue
-        ts = float(ts)
         stack = args.get("call_stack")  # the frames, then the kernel
         stack = tuple(map(str, stack[:-1])) if isinstance(stack, list) else ()
         if (chain := by_stack.get(stack)) is None:
@@ -206,7 +205,7 @@ def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
                 chain = capture.chains.step(chain, frame)[0]
             by_stack[stack] = chain
         capture.launched(name, chain, dur / 1e3, 1).durations.append(dur)
-        launches.append((ts, ts + dur, chain, name))
+        launches.append((float(ts), ts + dur, chain, name))
     return launches, scoped
 
 
