@@ -256,9 +256,8 @@ class Chains:
         return found, True
 
     def texts(self, chains: list, names: dict) -> dict:
-        """Each of chains as "file:line function > ...", outermost first: a chain's text is
-        its parent's and its last link's, each worked out once; a chain deeper than
-        MAX_FRAMES shows its innermost MAX_FRAMES below a count of the rest."""
+        """Each of chains as "file:line function > ...", outermost first, each link's text
+        worked out once; past MAX_FRAMES, the innermost below a count of the rest."""
         shown, out = {0: ""}, {}
         for chain in chains:
             if self.depths[chain] > MAX_FRAMES:
@@ -309,8 +308,7 @@ def short_names(files: set) -> dict:
 
 
 def peak_bandwidth(type_: str, info: dict) -> float | None:
-    """A device's nominal peak memory bandwidth, GB/s, by the installed Proton's own specs
-    (triton.profiler.specs.max_bps, as proton-viewer computes it), where they know it."""
+    """A device's nominal peak memory bandwidth, GB/s, by Proton's specs as proton-viewer."""
     try:
         from triton.profiler.specs import max_bps
 
