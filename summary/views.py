@@ -15,14 +15,12 @@ PLAIN_FLOPS_WIDTH = 32  # `flops` without a width are weighed against the 32-bit
 
 
 def p90(values: list) -> float:
-    """The 90th percentile, linear between the closest ranks (numpy's default, Hyndman and
-    Fan's definition 7)."""
+    """The 90th percentile, linear between closest ranks (Hyndman and Fan's 7, numpy's)."""
     return quantiles(values, n=10, method="inclusive")[-1] if values[1:] else values[0]
 
 
 def of(run: Run, sites: dict) -> dict:
-    """What run holds beyond its kernels and call sites (sites: chain -> its call site's
-    row): timelines, ranks, scopes."""
+    """Timelines, ranks and scopes of run (sites: chain -> its call site's row)."""
     out = {}
     if run.traced and run.capture.kernels:
         out["proton_timeline"] = timelines(run, sites)
@@ -82,8 +80,7 @@ def against_ceiling(rate: float, launch_bytes: float, device: dict | None, ceili
 
 
 def peak_flops(device: dict | None, key: str) -> float | None:
-    """A device's nominal peak FLOP/s for flops of a width (flops16: 16 bits), as
-    proton-viewer takes it from Proton's specs, where they know the device."""
+    """A device's nominal peak FLOP/s at a width (flops16: 16 bits), by Proton's specs."""
     try:
         from triton.profiler.specs import max_flops
 
