@@ -212,8 +212,7 @@ def joined(docs: list) -> dict:
 
 
 def records(found: Found, unread: list) -> dict:
-    """What made the run: each provenance.json found, by its folder, its keys picked;
-    one that cannot be read is named in unread."""
+    """Each provenance.json found, by its folder, its keys picked; one unread named in unread."""
     out = {}
     for path in found.provenance:
         try:
@@ -225,8 +224,7 @@ def records(found: Found, unread: list) -> dict:
 
 
 def record_of(path: Path, records: dict) -> dict | None:
-    """The provenance of the run that wrote the capture at path: the record in its folder
-    or the nearest folder above it."""
+    """The provenance of path's run: the record in its folder or the nearest one above."""
     return next((records[f] for f in [path.parent, *path.parents] if f in records), None)
 
 
