@@ -84,11 +84,8 @@ def peak_flops(device: dict | None, key: str) -> float | None:
     try:
         from triton.profiler.specs import max_flops
 
-        width = int(key[5:] or PLAIN_FLOPS_WIDTH)
-        clock_khz = device["clock_mhz"] * 1e3
-        return number(
-            max_flops(device["type"], device["arch"], width, device["sm_count"], clock_khz)
-        )
+        width, khz = int(key[5:] or PLAIN_FLOPS_WIDTH), device["clock_mhz"] * 1e3
+        return number(max_flops(device["type"], device["arch"], width, device["sm_count"], khz))
     except Exception:  # no device, a width or device the specs do not know, no Triton
         return None
 
@@ -101,11 +98,8 @@ def timelines(run: Run, sites: dict) -> list:
         by_process.setdefault((path.parent, name), [path, []])[1].extend(launches)
     out, rank_of = [], {path: rank for rank, path, *_ in run.per_file}
     for path, launches in by_process.values():
-        rank = rank_of[path]
-        out += [
-            entry if rank is None else {"rank": rank, **entry}
-            for entry in timeline(launches, sites)
-        ]
+        rank = {} if rank_of[path] is None else {"rank": rank_of[path]}
+        out += [{**rank, **entry} for entry in timeline(launches, sites)]
     return out
 
 
@@ -232,8 +226,7 @@ def ranks_table(summary: dict, top: int) -> list:
             at = f" {first / 1e6:9.3f} {last / 1e6:9.3f}"
         files = ", ".join(f.rsplit("/", 1)[-1] for f in r["files"])
         lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}{at}  {files}")
-    if summary["proton_rank_imbalance"] is not None:
-        imbalance = summary["proton_rank_imbalance"]
+    if (imbalance := summary["proton_rank_imbalance"]) is not None:
         lines.append(f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}")
     if skew:
         lines.append(
