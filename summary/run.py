@@ -146,12 +146,6 @@ class Capture:
         return kernel
 
 
-def node_parts(node: dict) -> tuple[str, dict]:
-    frame, metrics = node.get("frame"), node.get("metrics")
-    name = frame.get("name", "") if type(frame) is dict else ""
-    return str(name), metrics if type(metrics) is dict else {}
-
-
 def walk_tree(roots: list, capture: Capture) -> None:
     """Adds a tree's leaves in aorta's order (depth first, children in file order): each
     leaf with a usable time is a kernel's launches at the chain of user frames above it.
@@ -161,7 +155,7 @@ def walk_tree(roots: list, capture: Capture) -> None:
     while stack:
         children, chain, kernel, cpu = stack[-1]
         for node in filter(lambda node: type(node) is dict, children):
-            name, metrics = node_parts(node)
+            name, metrics = str(node.get("frame", {}).get("name", "")), node.get("metrics", {})
             if kernel is not None and "cycles" in metrics:
                 sums = capture.scopes.setdefault((kernel, name), [0.0, 0.0])
                 sums[0] += number(metrics["cycles"]) or 0.0
