@@ -60,9 +60,8 @@ def printable(text: str) -> str:
 def five_keys(kernels: dict) -> dict:
     """aorta's keys but the folder, from each kernel's summed ms and launches."""
     ranked = sorted(kernels.items(), key=lambda item: item[1].ms, reverse=True)  # stable
-    keys = {}
-    if all(k.launches is not None for k in kernels.values()):
-        keys["proton_kernel_count"] = sum(k.launches for k in kernels.values())
+    counts = [k.launches for k in kernels.values()]
+    keys = {} if None in counts else {"proton_kernel_count": sum(counts)}
     keys["proton_gpu_time_ms"] = sum(k.ms for k in kernels.values())
     keys["proton_top_kernel_ms"] = ranked[0][1].ms
     keys["proton_top_kernels"] = [name for name, _ in ranked[:TOP_N]]
@@ -182,8 +181,8 @@ def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
     end us, chain, name); and apart, the instrumentation backend's events (their clock's
     frequency given), scopes left to the views."""
     launches, scoped, by_stack = [], [], {}  # by_stack: a call stack met again is looked up
-    for e in filter(lambda e: isinstance(e, dict), events):
-        args = e["args"] if isinstance(e.get("args"), dict) else {}
+    for e in events:
+        args = e.get("args", {})
         if "Frequency (MHz)" in args:
             scoped.append(e)
             continue
@@ -191,8 +190,7 @@ def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
         name = name.strip() if e.get("ph") == "X" and isinstance(name, str) else ""
         if type(ts) not in (int, float) or dur is None or not name:
             continue
-        stack = args.get("call_stack")  # the frames, then the kernel
-        stack = tuple(map(str, stack[:-1])) if isinstance(stack, list) else ()
+        stack = tuple(args.get("call_stack", [])[:-1])  # the frames, then the kernel
         if (chain := by_stack.get(stack)) is None:
             chain = 0
             for frame in stack:
