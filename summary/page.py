@@ -414,7 +414,8 @@ def compared(summary: dict) -> Figure | None:
     diff = summary.get("proton_diff")
     if not diff:
         return None
-    rows = [*diff.get("kernels", [])[:TOP], *diff.get("callsites", [])[:TOP]]
+    total = [diff["total"]] if diff.get("total") else []  # the GPU time, judged like a row
+    rows = [*total, *diff.get("kernels", [])[:TOP], *diff.get("callsites", [])[:TOP]]
     fig, labels = go.Figure(), []
     for at, row in enumerate(rows):
         what = row.get("readable_name") or " > ".join(frames(row.get("callsite", ""))[-2:])
