@@ -175,19 +175,23 @@ def mutual(old: list, new: list) -> list:
 
 
 def t_quantile(p: float, v: float) -> float:
-    """Student's t quantile for p > 0.5 and v > 0 degrees of freedom: the t whose upper
-    tail is 1 - p, that tail being I_x(v/2, 1/2) / 2 at x = v / (v + t^2) (Abramowitz and
-    Stegun 26.7.1 and 26.5.27), solved for x by bisection: I_x grows with x."""
+    """Student's t quantile for 0.5 < p < 1 and v > 0 degrees of freedom: the t whose upper
+    tail, I_x(v/2, 1/2) / 2 at x = v / (v + t^2) (Abramowitz and Stegun 26.7.1), is 1 - p;
+    found by Newton's method on ln I_x against ln x, nearly a line, from its first term
+    near 0, x^a / (a B(a, b)) (26.5.4)."""
     from mpmath import betainc
 
-    low, high = 0.0, 1.0
-    for _ in range(60):
-        mid = (low + high) / 2
-        if betainc(v / 2, 0.5, 0, mid, regularized=True) < 2 * (1 - p):
-            low = mid
-        else:
-            high = mid
-    return math.sqrt(v * (1 - high) / high)
+    a, b, target = v / 2, 0.5, math.log(2 * (1 - p))
+    log_beta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    u = min((target + math.log(a) + log_beta) / a, -1e-9)  # ln x, kept below 0
+    for _ in range(50):
+        tail = float(betainc(a, b, 0, math.exp(u), regularized=True))
+        slope = math.exp(a * u + (b - 1) * math.log1p(-math.exp(u)) - log_beta) / tail
+        step = (math.log(tail) - target) / slope
+        u = min(u - step, u / 2)
+        if abs(step) < 1e-12:
+            break
+    return math.sqrt(v * -math.expm1(u) / math.exp(u))
 
 
 def interval(base: list, now: list, m: int) -> tuple:
