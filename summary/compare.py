@@ -422,11 +422,10 @@ def table(summary: dict, top: int) -> list:
     of trials' spread across them."""
     lines = []
     if d := summary.get("proton_diff"):
-        across = " (devices differ)" if any("devices differ" in c for c in d["caveats"]) else ""
         how = "ratios now/base" if d["method"] == "one run" else "simultaneous 95% intervals"
         lines += [
             d["first_line"],
-            f"against {d['base']}: {d['rows_judged']} rows judged, {how}{across}",
+            f"against {d['base']}: {d['rows_judged']} rows judged, {how}{across(d)}",
         ]
         lines.append(
             f"{'base ms':>10} {'ms':>10} {'ratio':>6} {'low':>6} {'high':>6} {'trials':>7} "
@@ -438,7 +437,7 @@ def table(summary: dict, top: int) -> list:
             )
             lines.append(
                 f"{r['base_ms']:10.4f} {r['ms']:10.4f} {ratio:>6} {low:>6} {high:>6} "
-                f"{r['n_base']:>3}/{r['n']:<3} {r['verdict']:>12}  {shown_as(r)}{across}"
+                f"{r['n_base']:>3}/{r['n']:<3} {r['verdict']:>12}  {shown_as(r)}{across(d)}"
             )
     if t := summary.get("proton_trials"):
         shown_ = {k["name"]: k["readable_name"] for k in summary.get("proton_kernels", [])}
@@ -460,27 +459,23 @@ def markdown(d: dict) -> str:
     def cell(text: str) -> str:
         return printable(text).replace("|", "\\|")
 
-    lines = [f"**{cell(d['first_line'])}**", "", f"Against `{cell(d['base'])}`.", ""]
-    lines += [
-        "| row | base ms | ms | ratio | interval | trials | verdict |",
-        "| --- | ---: | ---: | ---: | --- | ---: | --- |",
-    ]
+    lines = [f"**{cell(d['first_line'])}**", "", f"Against `{cell(d['base'])}`{across(d)}.", ""]
+    lines += ["| row | base ms | ms | ratio | interval | trials | verdict |"]
+    lines += ["| --- | ---: | ---: | ---: | --- | ---: | --- |"]
     for r in [d["total"], *d["kernels"], *d["callsites"]]:
         if r["verdict"] in JUDGED:
             ratio = "" if r["ratio"] is None else f"{r['ratio']:.3f}"
             span = "" if r["low"] is None else f"{r['low']:.3f}-{r['high']:.3f}"
             lines.append(
-                f"| {cell(shown_as(r))} | {r['base_ms']:.4f} | {r['ms']:.4f} | {ratio} | {span} "
-                f"| {r['n_base']}/{r['n']} | {r['verdict']} |"
+                f"| {cell(shown_as(r))}{across(d)} | {r['base_ms']:.4f} | {r['ms']:.4f} | {ratio} "
+                f"| {span} | {r['n_base']}/{r['n']} | {r['verdict']} |"
             )
-    gate = d["fail_above"]
-    outcome = (
-        "no gate (no --fail-above)"
-        if gate is None
-        else (
-            f"{len(d['regressions'])} regression(s) past --fail-above {gate:g}: exit 3"
-            if d["regressions"]
-            else f"passed --fail-above {gate:g}"
-        )
-    )
-    return "\n".join([*lines, "", f"Gate: {outcome}.", ""])
+    pct, failed = d["fail_above"], len(d["regressions"])
+    gate = "none" if pct is None else f"passed --fail-above {pct:g}"
+    gate = f"{failed} past --fail-above {pct:g}, exit 3" if failed else gate
+    return "\n".join([*lines, "", f"Gate: {gate}.", ""])
+
+
+def across(d: dict) -> str:
+    """What every line says of a comparison across devices."""
+    return " (devices differ)" if any("devices differ" in c for c in d["caveats"]) else ""

@@ -410,7 +410,7 @@ def test_without_a_gate_a_regression_exits_0_and_says_so_first(tmp_path):
     )
     md = (tmp_path / "c.md").read_text()
     assert "| softmax_kernel | 0.1283 | 0.2566 | 2.000 |  | 1/1 | slower |" in md
-    assert "Gate: no gate" in md
+    assert "Gate: none." in md
 
 
 def test_no_traceback_from_any_kernel_name(tmp_path):
