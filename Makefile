@@ -109,35 +109,46 @@ PROFILE = $(call q,$(HERE)/profile.sh) --recipe $(call q,$(RECIPE)) --results $(
 COMMAND = $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))
 GATE = $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) \
   $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS))) $(if $(ANY_DEVICE),--any-device)
+# A recipe's first line where SCRIPT must exist: a copy without the example names its own.
+HAS_SCRIPT = @[[ -f $(call q,$(SCRIPT)) ]] || { echo "make $@: no script "$(call q,$(SCRIPT))": \
+  set SCRIPT=your.py" >&2; exit 2; }
 
 run: setup ## run SCRIPT with ARGS, without Proton
+	$(HAS_SCRIPT)
 	$(PY) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))
 
 profile: setup ## run SCRIPT under Proton as RECIPE says (NPROC, HOOK, TRIALS): OUT/profile
+	$(HAS_SCRIPT)
 	$(PROFILE) -- $(COMMAND)
 
 trace: setup ## the same as a trace, every launch on a timeline: OUT/trace
+	$(HAS_SCRIPT)
 	$(PROFILE) --data trace -- $(COMMAND)
 
 intra: setup ## cycles of the scopes inside the kernel (instrumentation backend): OUT/intra
+	$(HAS_SCRIPT)
 	$(PROFILE) --backend instrumentation -- $(COMMAND)
 
 # Shadow context: a Python call stack on each of the trace's events would quadruple it.
 intra-trace: setup ## every warp's scopes on a timeline (TRACE_ARGS): OUT/intra-trace
+	$(HAS_SCRIPT)
 	$(PROFILE) --backend instrumentation --data trace --context shadow -- \
 	  $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(TRACE_ARGS))
 
 # function_line keeps python-context names to "line@function" instead of full paths.
 view: setup ## print the latest profile's tree (proton-viewer -m time/ms)
 	@f=$$(find -L $(call q,$(call path,$(OUT))/profile/latest) -name '*.hatchet' 2>/dev/null | sort | head -n 1) || :; \
-	  [[ -n $$f ]] || { echo "make view: no capture in "$(call q,$(OUT)/profile/latest)": run make profile" >&2; exit 1; }; \
+	  [[ -n $$f ]] || { echo "make view: no capture in "$(call q,$(OUT)/profile/latest)": run make profile" >&2; exit 2; }; \
 	  $(PY) -m triton.profiler.viewer -m time/ms -f function_line "$$f"
 
 compare: setup ## CUR against BASE (latest and previous profile): verdicts; FAIL_ABOVE, MIN_MS: OUT/compare
+	@for run in $(call q,$(CUR)) $(call q,$(BASE)); do [[ -e $$run ]] || { echo "make compare:" \
+	  "no run $$run: run make profile twice first, or set CUR= and BASE=" >&2; exit 2; }; done
 	$(call q,$(HERE)/profile.sh) --results $(call q,$(OUT)) \
 	  --compare $(call q,$(call path,$(CUR))) $(call q,$(call path,$(BASE))) $(GATE) -- $(PY)
 
 ab: setup ## SCRIPT now against REV (HEAD) or BASE_SCRIPT, interleaved, then compared: OUT/ab
+	$(HAS_SCRIPT)
 	$(PROFILE) $(if $(BASE_SCRIPT),--base-script $(call q,$(call path,$(BASE_SCRIPT))),--rev $(call q,$(REV))) \
 	  $(GATE) -- $(COMMAND)
 

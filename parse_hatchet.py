@@ -1,19 +1,19 @@
 """Summarise Proton captures as JSON: aorta's five keys, then each kernel and each call
-site that launched GPU time (views.py: timelines, ranks, scopes; compare.py: trials and
-a comparison with an earlier run).
+site that launched GPU time, then the views (summary/views.py: rates, timelines, ranks,
+scopes) and a comparison with an earlier run (summary/compare.py).
 
     python parse_hatchet.py PATH [PATH ...] [-o FILE] [--table] [--top N] [--folded FILE]
-        [--world-size N] [--peak-gbps N] [--diff BASE [--fail-above PCT] [--min-ms MS]
+        [--world-size N] [--ceiling PATH] [--diff BASE [--fail-above PCT] [--min-ms MS]
         [--same PCT] [--any-device] [--markdown FILE]]
 
-Each PATH is a capture or a folder searched for them (captures.py): one run, its ranks'
-captures added up, or one run of trials. The five proton_* keys follow ROCm aorta's Proton
-collector to the letter; docs/summary.md describes every key.
+Each PATH is a capture or a folder searched for them (summary/files.py): one run, its
+ranks' captures added up, or one run of trials. The five proton_* keys follow ROCm aorta's
+Proton collector to the letter (summary/run.py); docs/summary.md describes every key.
 Exit status: 0 summarised; 1 summarised but a capture found was not read or a rank of
 --world-size has none (proton_unread names each), or nothing to summarise (stderr says
 why); 2 usage, an input or output refused or not written, runs that do not compare;
-3 a regression past --fail-above (stderr names each); 129, 130, 143 ended by SIGHUP,
-Ctrl-C or SIGTERM (no -o left half written).
+3 a regression past --fail-above (stderr names each); 130 ended by Ctrl-C (an output is
+replaced whole or not at all).
 """
 
 import argparse
@@ -22,23 +22,17 @@ import gc
 import json
 import linecache
 import os
-import signal
-import stat
 import sys
-import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
 
-from summary import captures
-from summary.captures import AUTOTUNING, CAPTURED_AT, Capture, Refused, Run, number, printable
+from summary import compare, files, views
+from summary.files import Refused
+from summary.run import AUTOTUNING, CAPTURED_AT, Run, five_keys, number, printable, short_names
 
-TOP_N = 5  # aorta's length of proton_top_kernels
-MAX_SOURCE_BYTES = 2**22  # source lines come from .py files of up to 4 MiB
-# Demangling, all names together: a few crafted bytes demangle to gigabytes.
-DEMANGLE_S, DEMANGLE_BYTES, DEMANGLED_CHARS = 1.0, 2**28, 2**16
+MAX_NAME = 100  # a kernel's readable name, at most (a C++ name's template arguments elided)
 
 
 def say(message: str) -> None:
@@ -46,26 +40,7 @@ def say(message: str) -> None:
         print(f"parse_hatchet: {printable(message)}", file=sys.stderr)
 
 
-# --- aorta's five keys ----------------------------------------------------------------
-# Only leaves count. A leaf's time is its first metric `time (<ns|us|ms|s>)` that holds a
-# finite number >= 0; a leaf with none is no kernel, nor (a rule of ours) is ROOT. Times
-# and launches (`count`) add up by kernel name, across call paths and files.
-
-
-def five_keys(kernels: dict) -> dict:
-    """aorta's keys except the folder, from each kernel's summed ms and launches (None for an
-    unreadable count, which leaves the count out); ties keep the order first seen."""
-    ranked = sorted(kernels.items(), key=lambda item: item[1].ms, reverse=True)  # stable
-    keys = {}
-    if all(k.launches is not None for k in kernels.values()):
-        keys["proton_kernel_count"] = sum(k.launches for k in kernels.values())
-    keys["proton_gpu_time_ms"] = sum(k.ms for k in kernels.values())
-    keys["proton_top_kernel_ms"] = ranked[0][1].ms
-    keys["proton_top_kernels"] = [name for name, _ in ranked[:TOP_N]]
-    return keys
-
-
-# --- Call sites: chains of the user's frames --------------------------------------------
+# --- Names -----------------------------------------------------------------------------
 
 
 def callsite(text: str) -> str:
@@ -76,74 +51,25 @@ def callsite(text: str) -> str:
     return f"{captured} [a CUDA graph captured here, replayed at {replayed}]" if at else captured
 
 
-@functools.cache
-def source(file: str) -> str | None:
-    """file, if it is a regular .py file of a sane size here (a capture names the paths, and
-    a crafted one must not print lines of other files), as the path to read it by."""
-    try:
-        real = os.path.realpath(file)
-        info = os.stat(real)
-    except (OSError, ValueError):  # ValueError: a NUL in the name
-        return None
-    ok = real.endswith(".py") and stat.S_ISREG(info.st_mode) and info.st_size <= MAX_SOURCE_BYTES
-    return real if ok else None
-
-
-# --- Kernels: readable names, rates, percent of peak ------------------------------------
-
-
-def demangling() -> None:
-    """The demangling child: a bound on its memory, and signals' default actions (this
-    process's handlers raise). The demangler is C code this process could not stop."""
-    import resource
-
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    with open("/proc/self/statm") as f:  # the child's address space may grow this much
-        used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    resource.setrlimit(resource.RLIMIT_AS, (used + DEMANGLE_BYTES, resource.RLIM_INFINITY))
-
-
-def demangle(name: str) -> str | None:
-    """name demangled, or None: no C++ name, or past DEMANGLE_BYTES or DEMANGLED_CHARS."""
+def readable(name: str) -> str:
+    """A name as a table shows it: a C++ name demangled, without its return type and
+    parameters, its template arguments nested deeper than two levels (all, if still
+    long) shortened to <…>; any other name as it is."""
     import cxxfilt
 
     try:
-        text = cxxfilt.demangle(name)
-    except Exception:  # not a mangled name after all, or out of memory
-        return None
-    return text if len(text) <= DEMANGLED_CHARS else None
-
-
-def readable(names: list) -> dict:
-    """Each name as a table shows it: a C++ name demangled (in one child process for all,
-    given DEMANGLE_S seconds: a few crafted bytes demangle to gigabytes), without its
-    return type and parameters, template arguments nested deeper than two levels (all, if
-    still long) shortened to <…>; any other name as it is."""
-    import multiprocessing
-
-    mangled = [name for name in dict.fromkeys(names) if name.startswith("_Z") and name.isascii()]
-    texts = {}
-    with multiprocessing.Pool(1, initializer=demangling) if mangled else nullcontext() as pool:
-        results, until = pool and pool.imap(demangle, mangled), time.monotonic() + DEMANGLE_S
-        for name in mangled:  # in order, while there is time: a bomb costs the names after it
-            try:
-                texts[name] = results.next(max(0.0, until - time.monotonic()))
-            except multiprocessing.TimeoutError:
-                say(f"left {len(mangled) - len(texts)} C++ names mangled: over {DEMANGLE_S} s")
+        text = cxxfilt.demangle(name) if name.startswith("_Z") else name
+    except (cxxfilt.Error, ValueError):  # not a C++ name after all, or not ASCII
+        return name
+    if text != name and text.endswith(")"):  # the last balanced (...): parameters
+        depth = 0
+        for i in range(len(text) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(text[i], 0)
+            if depth == 0:
+                text = text[:i].removeprefix("void ")
                 break
-    out = {}
-    for name in names:
-        text = texts.get(name) or name
-        if text != name and text.endswith(")"):  # the last balanced (...): parameters
-            depth = 0
-            for i in range(len(text) - 1, -1, -1):
-                depth += {")": 1, "(": -1}.get(text[i], 0)
-                if depth == 0:
-                    text = text[:i].removeprefix("void ")
-                    break
-        short = elided(text, 2) if "<" in text else text
-        out[name] = short if len(short) <= 100 else elided(text, 1)
-    return out
+    short = elided(text, 2) if "<" in text else text
+    return short if len(short) <= MAX_NAME else elided(text, 1)[: MAX_NAME * 4]
 
 
 def elided(name: str, keep: int) -> str:
@@ -170,72 +96,115 @@ class Summary(NamedTuple):
     run: Run
 
 
-def summarize(
-    found: captures.Found,
-    folder: str,
-    files: list | None = None,
-    world_size: int | None = None,
-    ceiling: float | None = None,
-) -> Summary:
-    """The summary of found's captures, or of files (one trial's) where given."""
-    run = captures.read(found.files if files is None else files, found.skipped)
-    summary, capture = {"proton_artifact_dir": folder}, run.capture
-    records = captures.records(found.provenance, run.unread)
+class Inputs(NamedTuple):
+    """What a summary is made of: the captures found, the run's folder, its provenance
+    records by folder, the ranks expected and the measured ceilings."""
+
+    found: files.Found
+    folder: str
+    records: dict
+    world_size: int | None = None
+    ceilings: list = []
+
+
+def read(captures: list, unread: list) -> Run:
+    """The captures added up; each that cannot be read is named in unread."""
+    run = Run()
+    for path in captures:
+        try:
+            run.add(path, files.load(path), files.rank_of(path))
+        except ValueError as e:
+            unread.append({"file": str(path), "why": str(e)})
+    return run
+
+
+def problem(run: Run, unread: list, records: dict, world_size: int | None) -> str | None:
+    """Why the captures cannot be summarised as one run, or hold nothing to summarise."""
+    ids = {(files.record_of(path, records) or {}).get("run_id") for path in run.read}
+    if len(ids) > 1:
+        named = ", ".join(sorted(str(i) for i in ids))[:200]
+        return f"captures of {len(ids)} runs (run_id {named}): a summary never mixes runs"
+    if past := sorted(r for r, *_ in run.per_file if r is not None and r >= (world_size or 2**63)):
+        return f"a capture of rank {past[0]}, past --world-size"
+    if not run.read:
+        if unread and "same_as" not in unread[0]:
+            return f"no readable capture ({unread[0]['file']}: {unread[0]['why']})"
+        return (
+            "no capture (.hatchet, .hatchet_msgpack, .chrome_trace): Triton 3.6 writes "
+            "none when the script raises or calls sys.exit"
+        )
+    return run.problem()
+
+
+def missing_ranks(run: Run, world_size: int | None) -> list:
+    """{"file", "rank", "why"} of each rank of world_size that wrote no capture read."""
     ranks = {rank for rank, *_ in run.per_file} - {None}
-    missing = sorted(set(range(world_size or 0)) - ranks) if run.read and ranks else []
-    run.unread += [{"file": None, "rank": r, "why": f"no capture of rank {r}"} for r in missing]
-    if past := sorted(rank for rank in ranks if world_size and rank >= world_size):
-        return Summary(summary, f"a capture of rank {past[0]}, past --world-size", run)
-    if problem := run.problem(records):
-        return Summary(summary, problem, run)
-    for entry in run.unread[: len(run.unread) - len(missing)]:
-        say(f"warning: skipped {entry['file']}: {entry['why']}")
+    missing = sorted(set(range(world_size or 0)) - ranks) if ranks else []
     if missing:  # one line, however many
         more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
         listed = ", ".join(map(str, missing[:8])) + more
         say(f"no capture of rank {listed} was read (--world-size {world_size})")
+    return [{"file": None, "rank": r, "why": f"no capture of rank {r}"} for r in missing]
+
+
+def summarize(inputs: Inputs, captures: list) -> Summary:
+    """The summary of one run's (or one trial's) captures."""
+    unread = list(inputs.found.skipped)
+    run = read(captures, unread)
+    summary = {"proton_artifact_dir": inputs.folder}
+    if why := problem(run, unread, inputs.records, inputs.world_size):
+        return Summary(summary, why, run)
+    for entry in unread:
+        say(f"warning: skipped {entry['file']}: {entry['why']}")
     if len(run.read) > 1:
         say(f"combined {len(run.read)} captures: {', '.join(map(str, run.read))}")
-    gpu_ms = sum(k.ms for k in capture.kernels.values())
-    summary.update(five_keys(capture.kernels) if capture.kernels else {})
-    summary["proton_context"] = "python" if capture.chains.python else "shadow"
+    unread += missing_ranks(run, inputs.world_size)
+    kernels, viewed = run.capture.kernels, run.viewed
+    gpu_ms = sum(k.ms for k in kernels.values())
+    summary.update(five_keys(kernels) if kernels else {})
+    summary["proton_context"] = "python" if run.capture.chains.python else "shadow"
     summary["proton_device"] = list(run.devices.values())
-    summary["proton_provenance"] = records[0] if records else None
-    summary["proton_unread"] = run.unread
-    shown, summary["proton_kernels"] = readable(list(capture.kernels)), []
-    for name, k in sorted(capture.kernels.items(), key=lambda item: item[1].ms, reverse=True):
-        mean = k.ms * 1e3 / k.launches if k.launches else None
-        share = k.ms / gpu_ms if gpu_ms else 0.0
-        row = {"name": name, "readable_name": shown[name], "launches": k.launches, "total_ms": k.ms}
-        summary["proton_kernels"].append({**row, "mean_us": mean, "share": share})
-    sites = callsites(capture)
+    records = [files.record_of(path, inputs.records) for path in run.read]
+    summary["proton_provenance"] = next(filter(None, records), None)
+    summary["proton_unread"] = unread
+    summary["proton_kernels"] = [
+        {
+            "name": name,
+            "readable_name": readable(name),
+            "launches": k.launches,
+            "total_ms": k.ms,
+            "mean_us": k.ms * 1e3 / k.launches if k.launches else None,
+            "share": k.ms / gpu_ms if gpu_ms else 0.0,
+            **(views.rates(k, run.devices, inputs.ceilings) if viewed else {}),
+        }
+        for name, k in sorted(kernels.items(), key=lambda item: item[1].ms, reverse=True)
+    ]
+    sites = callsites(run)
     summary["proton_callsites"] = sorted(sites.values(), key=lambda s: s["ms"], reverse=True)
-    if run.viewed:  # what views.py shows: rates, traces, ranks, scopes
-        from summary import views
-
-        views.add(summary, run, sites, ceiling)
+    summary.update(views.of(run, sites) if viewed else {})
     return Summary(summary, None, run)
 
 
-def callsites(capture: Capture) -> dict:
+def callsites(run: Run) -> dict:
     """Each chain of the user's frames that launched GPU work, with its kernels, by chain;
     each file shown by the shortest part of its path that no other shares."""
     kernels = {}
-    for (chain, name), (ms, launches) in capture.sites.items():
+    for (chain, name), k in run.capture.sites.items():
         if chain:  # kernels with no frame of the user's above them (shadow context)
-            row = {"name": name, "launches": launches, "ms": ms}
+            row = {"name": name, "launches": k.launches, "ms": k.ms}
             kernels.setdefault(chain, []).append(row)
-    links = capture.chains.links
-    names = captures.short_names({frame[0] for _, frame, _ in links[1:]})
-    texts, sites = capture.chains.texts(list(kernels), names), {}
+    chains = run.capture.chains
+    names = short_names({frame[0] for _, frame, _ in chains.links[1:]})
+    texts, sites = chains.texts(list(kernels), names), {}
     for chain, rows in kernels.items():
-        file, line, _ = links[chain][1]
-        text = (real := source(file)) and linecache.getline(real, line).strip()[:200]
+        file, line, _ = chains.links[chain][1]
+        text = linecache.getline(file, line).strip()[:200] if file.endswith(".py") else ""
         sites[chain] = {
             "callsite": callsite(texts[chain]),
-            "source": printable(text) if text else None,
+            "source": printable(text) or None,
+            "ms": sum(k["ms"] for k in rows),
+            "kernels": rows,
         }
-        sites[chain].update(ms=sum(k["ms"] for k in rows), kernels=rows)
     return sites
 
 
@@ -254,18 +223,34 @@ def to_json(summary: dict) -> bytes:
     return b"{\n" + b",\n".join(lines) + b"\n}\n"
 
 
+def headline(summary: dict) -> str:
+    """The summary in one line, the terminal's first: a comparison's verdict, else the
+    kernel that took the most GPU time, and how good it is."""
+    if "proton_diff" in summary:
+        return compare.table(summary, 1)[0]
+    if not (kernels := summary.get("proton_kernels")):
+        return (
+            f"no timed kernel; {len(summary.get('proton_scopes', []))} scopes timed inside kernels"
+        )
+    k, gpu_ms = kernels[0], summary["proton_gpu_time_ms"]
+    line = f"{k['readable_name']}: {k['share']:.1%} of {gpu_ms:.4f} ms of GPU time"
+    if k["launches"]:
+        line += f", {k['launches']} launches of {k['mean_us']:.2f} us"
+    if k.get("gbyte_per_s"):
+        line += f", {k['gbyte_per_s']:.0f} GB/s"
+        line += f" ({k['pct_of_peak_bw']:.0%} of peak)" if k.get("pct_of_peak_bw") else ""
+        line += " [L2-resident]" if k.get("l2_resident") else ""
+    return line
+
+
 def table(summary: dict, top: int) -> str:
     """Each view as aligned text after a blank line, its names escaped: the comparison
     first, then kernels, call sites and the views of views.py."""
-    tables = [kernels_table(summary, top), callsites_table(summary, top)]
+    first = [] if "proton_diff" in summary else [headline(summary)]  # compare's own first line
+    tables = [first, kernels_table(summary, top), callsites_table(summary, top)]
     if "proton_diff" in summary or "proton_trials" in summary:
-        from summary import compare
-
         tables.insert(0, compare.table(summary, top))
-    if any(key in summary for key in ("proton_timeline", "proton_ranks", "proton_scopes")):
-        from summary import views
-
-        tables += views.tables(summary, top)
+    tables += views.tables(summary, top)
     return "\n\n".join("\n".join(map(printable, lines)) for lines in tables if lines) + "\n"
 
 
@@ -274,10 +259,10 @@ COLUMNS = [
     ("median_us", "median us", "{:9.2f}"),
     ("p90_us", "p90 us", "{:9.2f}"),
     ("gbyte_per_s", "GB/s", "{:8.0f}"),
-    ("pct_of_peak_bw", "% peak", "{:7.0%}"),
-    ("pct_of_ceiling_bw", "% ceil", "{:7.0%}"),
-    ("flop_per_s", "FLOP/s", "{:9.2e}"),
-    ("pct_of_peak_flops", "% peak", "{:7.0%}"),
+    ("pct_of_peak_bw", "% peak BW", "{:9.0%}"),
+    ("pct_of_ceiling_bw", "% ceiling", "{:9.0%}"),
+    *((f"flop{w}_per_s", f"FLOP{w}/s", "{:9.2e}") for w in ("", "8", "16", "32", "64")),
+    ("pct_of_peak_flops", "% peak FLOP", "{:11.0%}"),
 ]
 
 
@@ -297,7 +282,7 @@ def kernels_table(summary: dict, top: int) -> list:
         mean = "?" if mean is None else f"{mean:.2f}"
         lines.append(
             f"{k['total_ms']:10.4f} {k['share']:6.1%} {'?' if n is None else n:>8} "
-            f"{mean:>9}{cells}  {k['readable_name']}"
+            f"{mean:>9}{cells}  {k['readable_name']}{' [L2-resident]' * bool(k.get('l2_resident'))}"
         )
     note = "(launches: each kernel's count, summed as aorta sums proton_kernel_count)"
     return [*lines, note] if rows else []
@@ -355,7 +340,7 @@ def parser() -> Parser:
     p.add_argument("--folded", metavar="FILE", help="also write folded stacks here")
     ranks = functools.partial(whole, most=2**16)
     p.add_argument("--world-size", type=ranks, metavar="N", help="ranks 0 to N-1 are expected")
-    p.add_argument("--peak-gbps", type=positive, metavar="N", help="a measured ceiling, GB/s")
+    p.add_argument("--ceiling", metavar="PATH", help="measured ceilings: a file or folder")
     p.add_argument("--diff", metavar="BASE", help="compare with this earlier run or capture")
     p.add_argument("--fail-above", type=percent, metavar="PCT", help="exit 3 past it")
     p.add_argument("--min-ms", type=percent, metavar="MS", help="a regression grew this (0.01)")
@@ -365,51 +350,58 @@ def parser() -> Parser:
     return p
 
 
-class Stopped(BaseException):
-    """A signal, raised where the program is, so that no -o is left half written."""
-
-
-def stop(signum: int, frame: object) -> None:
-    raise Stopped(signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = (p := parser()).parse_args(argv)
     judging = (args.fail_above, args.min_ms, args.same, args.markdown)
     if args.diff is None and (args.any_device or any(x is not None for x in judging)):
         p.error("--fail-above, --min-ms, --same, --any-device and --markdown need --diff")
-    held = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     # Decoded captures hold no cycles, and the cyclic collector would walk a growing
     # capture again and again: most of the time. It waits till the summary is made.
-    collecting = gc.isenabled()
     gc.disable()
     try:
-        try:
-            return run(args)
-        except (Refused, OSError) as e:  # OSError: an output that cannot be written
-            say(f"error: {str(e)[:300]}")
-            return 2
-        finally:  # a signal that came as run()'s data was let go is handled here: Stopped
-            for sig, handler in held.items():
-                signal.signal(sig, handler)
-            if collecting:
-                gc.enable()
-    except Stopped as e:
-        say({signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}.get(e.args[0], "hung up"))
-        return 128 + e.args[0]
+        return run(args)
+    except (Refused, OSError) as e:  # OSError: an output that cannot be written
+        say(f"error: {str(e)[:300]}")
+        return 2
+    except KeyboardInterrupt:  # outputs are replaced whole or not at all
+        say("interrupted")
+        return 130
+    finally:
+        gc.enable()
+
+
+def ceilings(path: str | None) -> list:
+    """The measured ceilings (`make ceiling`) in path, a file or a folder of them."""
+    if path is None:
+        return []
+    folder = Path(path)
+    found = sorted(folder.glob("*.json")) if folder.is_dir() else [folder]
+    try:
+        return [json.loads(f.read_bytes()) for f in found]
+    except (OSError, ValueError) as e:
+        raise Refused(f"--ceiling {path[:200]}: {e}") from None
 
 
 def summaries(
-    paths: list, world: int | None = None, ceiling: float | None = None
-) -> tuple[list, str | None, captures.Found]:
-    """The summaries of what paths hold, one for each trial where they hold trials; the
-    first problem that left nothing to summarise; and what was found."""
-    found = captures.find(paths)
-    if len({captures.kind(path) for path in found.files}) > 1:
+    paths: list, world: int | None = None, ceiling: list = ()
+) -> tuple[list, str | None, files.Found]:
+    """The summaries of what paths hold, one for each trial where they hold trials (a trial
+    with no capture named as such); the first problem that left nothing to summarise; and
+    what was found."""
+    found = files.find(paths)
+    if len({files.kind(path) for path in found.files}) > 1:
         raise Refused("trees and traces together are captures of different runs: summarise apart")
     dirs = [Path(p).resolve() if Path(p).is_dir() else Path(p).resolve().parent for p in paths]
-    folder = os.path.commonpath(dirs)
-    done = [summarize(found, folder, files, world, ceiling) for files in found.trials or [None]]
+    trials = found.trials or [(None, found.files)]
+    for folder, captures in trials:
+        if folder and not captures:
+            found.skipped.append(
+                {"file": str(folder), "why": "no capture: the trial did not finish"}
+            )
+    records = files.records(found, found.skipped)
+    inputs = Inputs(found, os.path.commonpath(dirs), records, world, list(ceiling))
+    done = [summarize(inputs, captures) for _, captures in trials if captures or len(trials) == 1]
+    done = done or [summarize(inputs, [])]
     return done, next((s.problem for s in done if s.problem), None), found
 
 
@@ -420,13 +412,11 @@ def interleaved(paths: list, base: str) -> bool:
     return len(paths) == 1 and Path(paths[0]).resolve().parent == run and (run / "order").is_file()
 
 
-def diffed(args: argparse.Namespace, found: captures.Found, done: list, inputs: set) -> tuple:
+def diffed(args: argparse.Namespace, found: files.Found, done: list, inputs: set) -> tuple:
     """proton_diff of done against --diff's run, and the problem that leaves nothing to
     compare (or None); inputs gains the base's files."""
-    from summary import compare
-
     base, problem, base_found = summaries([args.diff])
-    if len({captures.kind(p) for p in found.files + base_found.files}) > 1:
+    if len({files.kind(p) for p in found.files + base_found.files}) > 1:
         raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds others")
     inputs |= set(base_found.seen)
     sides = [[s.summary for s in side] for side in (base, done)]
@@ -442,46 +432,39 @@ def diffed(args: argparse.Namespace, found: captures.Found, done: list, inputs: 
 
 def told(args: argparse.Namespace, diff: dict, failed: bool, inputs: set) -> None:
     """The comparison as Markdown where --markdown asks; each regression on stderr."""
-    from summary import compare
-
     if args.markdown is not None:
-        captures.write_output(args.markdown, compare.markdown(diff), inputs)
+        files.write_output(args.markdown, compare.markdown(diff), inputs)
     for line in compare.failures(diff) if failed else []:
         say(line)
 
 
 def run(args: argparse.Namespace) -> int:
-    done, problem, found = summaries(args.paths, args.world_size, args.peak_gbps)
+    done, problem, found = summaries(args.paths, args.world_size, ceilings(args.ceiling))
     inputs = set(found.seen)
     output = None if args.output == "-" else args.output
     if output and args.folded and os.path.realpath(output) == os.path.realpath(args.folded):
         raise Refused("-o and --folded name one file")
     summary = done[0].summary
-    if not problem and (len(done) > 1 or args.diff is not None):
-        from summary import compare
-
-        if len(done) > 1:
-            summary["proton_trials"] = compare.trials([s.summary for s in done])
-        if args.diff is not None:
-            summary["proton_diff"], problem = diffed(args, found, done, inputs)
+    if not problem and len(done) > 1:
+        summary["proton_trials"] = compare.trials([s.summary for s in done])
+    if not problem and args.diff is not None:
+        summary["proton_diff"], problem = diffed(args, found, done, inputs)
     if problem:  # the JSON to stdout, never over a good -o
         say(f"{' '.join(args.paths)[:200]}: {problem}")
-        return captures.emit(to_json({"proton_artifact_dir": summary["proton_artifact_dir"]}), 1)
+        return files.emit(to_json({"proton_artifact_dir": summary["proton_artifact_dir"]}), 1)
+    summary["headline"] = headline(summary)
     unread = any("same_as" not in u for s in done for u in s.summary["proton_unread"])
     status = 1 if unread else 3 if summary.get("proton_diff", {}).get("regressions") else 0
     if output is not None:
-        captures.write_output(output, to_json(summary), inputs)
+        files.write_output(output, to_json(summary), inputs)
     if summary.get("proton_diff"):
         told(args, summary["proton_diff"], status == 3, inputs)
     if args.folded is not None:
-        from summary import views
-
         shown = {k["name"]: k["readable_name"] for k in summary["proton_kernels"]}
-        stacks = views.folded(done[0].run.capture, shown)
-        captures.write_output(args.folded, stacks, inputs)
+        files.write_output(args.folded, views.folded(done[0].run.capture, shown), inputs)
     if args.table:
-        return captures.emit(table(summary, args.top).encode("utf-8", "backslashreplace"), status)
-    return captures.emit(to_json(summary), status) if output is None else status
+        return files.emit(table(summary, args.top).encode("utf-8", "backslashreplace"), status)
+    return files.emit(to_json(summary), status) if output is None else status
 
 
 if __name__ == "__main__":

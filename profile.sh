@@ -27,10 +27,12 @@
 # own, into RUN/base/trialK and RUN/now/trialK; RUN/order records the order; then
 # compare.json and compare.md beside them, and latest moved. --compare NOW BASE writes a
 # comparison of two runs into RESULTS/compare/<run> (PYTHON: the one that compares).
-# Exit status: the command's own when it fails; 1 no capture, or a capture or rank not
-# read (summary.json says which); 2 usage, a refused recipe, no GPU visible, an output
-# folder that exists already, a latest or previous that is not a link, a REV that is not
-# there or lacks the script; 3 a comparison's regression past --fail-above.
+# Exit status: 0 summarised (compared: no regression); the command's own when it fails;
+# 1 no capture; parse_hatchet.py's own when it fails or finds a regression past
+# --fail-above (1 a capture or rank not read: its line says which); 2 usage, a refused
+# recipe, no GPU visible, an output folder that exists already, a latest or previous that
+# is not a link, a REV that is not there or lacks the script; 129, 130, 143 stopped by
+# SIGHUP, SIGINT, SIGTERM.
 set -euo pipefail
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -65,14 +67,16 @@ done
 [[ $results != -* ]] || results=./$results
 [[ $output != -* ]] || output=./$output
 stamp=$(date -u +%Y%m%dT%H%M%SZ)-$$
-linked() {  # latest at this run, previous at the one latest named: each renamed into place
+linked() {  # latest at this run, previous at the one latest named: each made beside, then
+  # renamed into place, never half made; latest first: stopped between the two, previous
+  # is an older run, never latest's.
   [[ -z $output ]] || return 0
-  if [[ -L $runs/latest ]]; then
-    ln -sfn -- "$(readlink -- "$runs/latest")" "$runs/.previous.$$"
-    mv -fT -- "$runs/.previous.$$" "$runs/previous"
+  local last
+  last=$(readlink -- "$runs/latest") || last=
+  ln -sfn -- "$stamp" "$runs/.latest.$$" && mv -fT -- "$runs/.latest.$$" "$runs/latest"
+  if [[ -n $last ]]; then
+    ln -sfn -- "$last" "$runs/.previous.$$" && mv -fT -- "$runs/.previous.$$" "$runs/previous"
   fi
-  ln -sfn -- "$stamp" "$runs/.latest.$$"
-  mv -fT -- "$runs/.latest.$$" "$runs/latest"
 }
 comparison() {  # as $summarise, $1 (PYTHON) comparing $2 (now) with $3 (base) into $out
   summarise=("$1" "$here/parse_hatchet.py" "$2" --diff "$3" --table -o "$out/compare.json"
@@ -283,12 +287,9 @@ record=("$py" "$here/proton_launch.py" --provenance "$out/provenance.json" --run
 [[ $backend == auto ]] || record+=(-b "$backend")
 [[ -z $proton_mode ]] || record+=(--mode "$proton_mode")
 [[ $mode == cli ]] || record+=(--env)
-child "${record[@]}"
-((status == 0)) || say "warning: no provenance written (exit $status)" >&2
+"${record[@]}" || say "warning: no provenance written (exit $?)" >&2
 ((!ab)) || compared
 child "${summarise[@]}"
-((status != 1)) || [[ ! -e $out/summary.json ]] ||
-  die 1 "not every capture or rank was read: ${out:0:200}/summary.json says which"
-((status == 0)) || die "$status" "no summary written (see the line above)"
+((status == 0)) || exit "$status"  # parse_hatchet.py said why, on stderr
 linked
 say "wrote $out/summary.json"

@@ -1,38 +1,37 @@
 """Run a Python script under Proton as `python -m triton.profiler.proton` does, with what
-that command cannot do: a capture per rank, and an instrumentation mode; and say what
-made a run's captures.
+that command cannot do (a capture per rank, an instrumentation mode); say what made a run;
+check a kernel's launch_metadata on the CPU (check_launch_metadata, for a user's test).
 
     python proton_launch.py [-n NAME] [--ranked] [-b BACKEND] [-c CONTEXT] [-d DATA]
                             [-k triton] [--mode MODE] [--env] SCRIPT.py [ARGS ...]
     python proton_launch.py --provenance FILE [-b BACKEND] [--mode MODE] [--env] [--run-id ID]
 
---ranked (under a launcher that starts one process per GPU) names the capture
-NAME.rank<R> for the process's global rank R, from torchrun's RANK, Slurm's SLURM_PROCID,
-or an MPI launcher's OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK, and exports LOCAL_RANK
-where it is unset, so that each rank picks its own GPU. Everything after SCRIPT.py is the
-script's, a `--` included. --mode takes Proton's mode as aorta's recipes write it: for the
-instrumentation backend, "default[:field=value...]" (the fields of proton.mode.Default)
-becomes the typed object Proton needs, and Triton-language scopes are enabled.
-
---env starts no profiler, for a script that calls proton.start() itself (a recipe's mode:
-env): it exports what aorta exports, AORTA_PROTON_DIR and _NAME (NAME's folder and NAME,
-the rank in it), _CONTEXT, _DATA and, where given, _BACKEND, _MODE and _HOOK, and imports
-triton.profiler before the script imports torch (on Triton 3.8 with rocprofiler-sdk the
-other order can hang at exit).
-
---provenance writes FILE, a JSON object of what made a run: the Triton and torch
-versions, the device, the backend and mode asked for and used (null where this process
-cannot tell, as for a script that starts Proton itself: --env), and the run's id.
-Exit status: the script's own; 2 for bad arguments, a GPU the instrumentation backend
-cannot compile for, or a provenance FILE that cannot be written.
+--ranked (under a launcher) names the capture NAME.rank<R> for the process's global rank
+R (torchrun's RANK, Slurm's SLURM_PROCID, or an MPI launcher's OMPI_COMM_WORLD_RANK,
+PMI_RANK or PMIX_RANK) and exports LOCAL_RANK where it is unset. Everything after
+SCRIPT.py is the script's, a `--` included. --mode is Proton's mode as aorta's recipes
+write it; for the instrumentation backend "default[:field=value...]" becomes the typed
+proton.mode.Default, and Triton-language scopes are enabled. --env starts no profiler, for
+a script that calls proton.start() itself: it exports aorta's AORTA_PROTON_DIR, _NAME,
+_CONTEXT, _DATA and, where given, _BACKEND, _MODE and _HOOK, and imports triton.profiler
+before the script imports torch (Triton 3.8 with rocprofiler-sdk can hang at exit else).
+--provenance writes FILE, a new file: Triton's and torch's versions from their package
+metadata (nothing imported), the backend and mode asked for and given to Proton (null
+where Proton or the script picks), and the run's id; the device is the capture's own.
+Exit status: the script's own, 130 on Ctrl-C; 2 for bad arguments, a GPU the
+instrumentation backend cannot compile for, or a FILE that cannot be made.
 """
 
 import argparse
 import importlib.metadata
+import inspect
 import json
+import math
 import os
 import runpy
 import sys
+from collections.abc import Callable
+from types import SimpleNamespace
 from typing import NoReturn
 
 # The instrumentation backend reads the CU id, which AMD's compiler does only here.
@@ -40,6 +39,10 @@ AMD_INSTRUMENTABLE = ("gfx942", "gfx950")
 # Options that take a value: the first word that is none of them, nor a value, nor an
 # option, is the script.
 VALUED = {"-n", "-b", "-c", "-d", "-k", "--mode", "--provenance", "--run-id"}
+# The distributions a platform installs them as (ROCm's wheels name Triton their own way).
+PACKAGES = {"triton": ["triton", "pytorch-triton-rocm", "pytorch-triton"], "torch": ["torch"]}
+# The launch_metadata keys Proton's launch hook turns into roofline metrics.
+ROOFLINE = ["bytes", "flops", "flops8", "flops16", "flops32", "flops64"]
 
 
 def fail(message: str) -> NoReturn:
@@ -150,60 +153,87 @@ def run_script(script: str, args: list[str]) -> int:
             return e.code or 0
         print(e.code, file=sys.stderr)  # as Python does for SystemExit("why")
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the shell's status for it, and no traceback
+        return 130
     return 0
 
 
-def provenance(args: argparse.Namespace) -> dict:
-    """What made this run, each value a short string or None: backend_used is the backend
-    Proton picks here for backend auto (its _select_backend, which proton.start calls)."""
-    record = {"triton": None, "torch": None, "device": None, "backend_used": args.backend}
-    for package in ("triton", "torch"):
+def version(package: str) -> str | None:
+    for name in PACKAGES[package]:
         try:
-            record[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:  # another name: a ROCm build's
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
             pass
-    try:
-        import torch
-        from triton.profiler.profile import _select_backend
+    return None
 
-        record["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-        record["backend_used"] = str(args.backend or _select_backend())
-    except Exception:  # no GPU, or another Triton: null
-        pass
-    record.update(backend_asked=args.backend or "auto", mode_asked=args.mode, run_id=args.run_id)
+
+def provenance(args: argparse.Namespace) -> dict:
+    """What made this run, read without importing torch or Triton: their versions, and the
+    backend and mode asked for and given to Proton (None where Proton or the script chose)."""
     intra = args.backend == "instrumentation"
-    record["mode_used"] = str(typed_mode(args.mode or "default")) if intra else args.mode
-    if args.env:  # the script chose its own
-        record.update(backend_used=None, mode_used=None)
-    return {key: None if v is None else str(v)[:200] for key, v in record.items()}
+    mode = None if args.env else args.mode or ("default" if intra else None)
+    backend = None if args.env or args.backend == "auto" else args.backend
+    asked = dict(backend_asked=args.backend or "auto", mode_asked=args.mode, run_id=args.run_id)
+    versions = dict(triton=version("triton"), torch=version("torch"))
+    return versions | asked | dict(backend_used=backend, mode_used=mode)
+
+
+def check_launch_metadata(kernel: object, launch: Callable[[], object]) -> dict:
+    """What kernel's launch_metadata returns for the first launch launch() makes, called as
+    Proton's hook calls it: (grid, metadata with the kernel's name, every argument by name,
+    an autotuner's constexprs included). Raises ValueError unless its name is a str and its
+    bytes, flops and flops8 to flops64 (one at least) finite numbers >= 0. On the CPU, in
+    Triton's interpreter: check_launch_metadata(mine.add_kernel, lambda: mine.add(x, y))"""
+    jit = kernel
+    while not inspect.isfunction(jit.fn):  # an autotuner or heuristics around the kernel
+        jit = jit.fn
+    hook = getattr(jit, "launch_metadata", None) or jit.kwargs.get("launch_metadata")
+    launches = []
+
+    def record(*args: object, grid: object, warmup: bool, **options: object) -> object:
+        launches.append((args, grid, options))
+        return type(jit).run(jit, *args, grid=grid, warmup=warmup, **options)
+
+    jit.run = record  # this instance's, for this one call
+    try:
+        launch()
+    finally:
+        del jit.run
+    if hook is None or not launches:
+        raise ValueError(f"{jit.fn.__name__}: no launch_metadata, or launch() did not launch it")
+    args, grid, options = launches[0]
+    bound = inspect.signature(jit.fn).bind(
+        *args, **{k: v for k, v in options.items() if k in jit.arg_names}
+    )
+    bound.apply_defaults()
+    grid = grid(bound.arguments) if callable(grid) else grid
+    got = hook(grid, SimpleNamespace(name=jit.fn.__name__), dict(bound.arguments))
+    if not isinstance(got, dict) or not isinstance(got.get("name"), str):
+        raise ValueError(f"launch_metadata must return a dict whose name is a str: {got!r:.200}")
+    if not (rates := {key: got[key] for key in ROOFLINE if key in got}):
+        raise ValueError(f"launch_metadata returns none of {', '.join(ROOFLINE)}")
+    for key, value in rates.items():
+        if isinstance(value, bool) or not math.isfinite(float(value)) or float(value) < 0:
+            raise ValueError(f"launch_metadata's {key} must be a finite number >= 0: {value!r:.60}")
+    return got
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    if args.provenance:
-        from summary.captures import Refused, printable, why, write_output
-
+    if args.provenance:  # a new file ('x'): a run's provenance is written once
         try:
-            write_output(args.provenance, json.dumps(provenance(args), indent=2) + "\n")
-        except Refused as e:
-            fail(str(e))
+            with open(args.provenance, "x", encoding="utf-8") as f:
+                f.write(json.dumps(provenance(args), indent=2) + "\n")
         except OSError as e:
-            fail(f"{printable(args.provenance[:200])}: {why(e)}")
+            fail(f"{ascii(args.provenance[:200])[1:-1]}: {(e.strerror or str(e)).lower()}")
         return 0
     name = f"{args.name}.rank{global_rank()}" if args.ranked else args.name
     export_local_rank()
     import triton.profiler as proton  # before the script's torch: see --env
 
     if args.env:
-        exports = dict(
-            DIR=os.path.dirname(name) or ".",
-            NAME=name,
-            CONTEXT=args.context,
-            DATA=args.data,
-            BACKEND=args.backend,
-            MODE=args.mode,
-            HOOK=args.hook,
-        )
+        exports = dict(DIR=os.path.dirname(name) or ".", NAME=name, CONTEXT=args.context)
+        exports.update(DATA=args.data, BACKEND=args.backend, MODE=args.mode, HOOK=args.hook)
         os.environ.update({f"AORTA_PROTON_{key}": v for key, v in exports.items() if v})
         return run_script(args.script, args.args)
     mode = args.mode

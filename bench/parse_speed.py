@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from summary.captures import write_output  # noqa: E402
+from summary.files import write_output  # noqa: E402
 
 LIB = "/workspace/venv/lib/python3.12/site-packages"
 TRITON_FRAMES = [

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from summary.captures import write_output  # noqa: E402
+from summary.files import write_output  # noqa: E402
 
 PEERS = ["torch.softmax", "torch.compile", "liger", "quack"]  # quack: where asked for
 CANDIDATES = ["softmax.py", *PEERS, "copy"]

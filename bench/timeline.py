@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from summary.captures import load, write_output  # noqa: E402
+from summary.files import load, write_output  # noqa: E402
 
 COLOURS = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7"]
 

@@ -13,7 +13,7 @@ import re
 import statistics
 from typing import NamedTuple
 
-from summary.captures import printable
+from summary.run import printable
 
 SHAPE = re.compile(r"(.*?)( \[[^\[\]]*\])?", re.S)  # launch_metadata's " [shape dtype]" suffix
 LINE = re.compile(r":(\d+)(?= )")  # a frame's line in a call site, "file:line function"

@@ -1,14 +1,16 @@
 """The summary's views beyond aorta's keys, kernels and call sites (parse_hatchet.py):
-how good each kernel is (its rates against the device's peak, the spread of its launches),
-the timeline of each call site and its launch-bound diagnosis, ranks, scopes inside
-kernels, and folded stacks. Each takes what captures.py read; each table is a list of
-lines, escaped by its caller."""
+how good each kernel is (its rates against the device's peak and a measured ceiling, the
+spread of its launches), the timeline of each call site and its launch-bound diagnosis,
+ranks, scopes inside kernels, and folded stacks. Each returns what it adds; each table is
+a list of lines, escaped by its caller."""
 
 import math
+from collections import Counter
 
-from summary.captures import Capture, Kernel, Run, frame_text, number, printable, short_names
+from summary.run import Capture, Kernel, Run, frame_text, number, printable, short_names
 
 LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host's launch cost
+PLAIN_FLOPS_WIDTH = 32  # `flops` without a width are weighed against the 32-bit peak
 
 
 def quantile(ordered: list, q: float) -> float:
@@ -19,47 +21,66 @@ def quantile(ordered: list, q: float) -> float:
     return ordered[low] + (at - low) * (ordered[min(low + 1, len(ordered) - 1)] - ordered[low])
 
 
-def add(summary: dict, run: Run, sites: dict, ceiling: float | None) -> None:
-    """Adds to summary what run holds beyond its kernels and call sites (sites: chain ->
-    its call site's row); ceiling, a measured bandwidth in GB/s."""
-    for row in summary.get("proton_kernels", []):
-        figures(row, run.capture.kernels[row["name"]], run.devices, ceiling)
+def of(run: Run, sites: dict) -> dict:
+    """What run holds beyond its kernels and call sites (sites: chain -> its call site's
+    row): timelines, ranks, scopes."""
+    out = {}
     if run.traced and run.capture.kernels:
-        summary["proton_timeline"] = timelines(run, sites)
+        out["proton_timeline"] = timelines(run, sites)
     if ranked := [entry for entry in run.per_file if entry[0] is not None]:
         if run.capture.kernels:  # scopes alone have no time to compare ranks by
-            summary.update(ranks(ranked, run))
+            out.update(ranks(ranked, run))
     if run.capture.scopes:
-        summary["proton_scopes"] = tree_scopes(run.capture.scopes)
+        out["proton_scopes"] = tree_scopes(run.capture.scopes)
     if run.scoped:
-        summary["proton_scopes"], summary["proton_sm_spread"] = trace_scopes(run.scoped)
+        out["proton_scopes"], out["proton_sm_spread"] = trace_scopes(run.scoped)
     if run.capture.cpu:
-        rows = [
-            {"scope": name, "cpu_ms": c, "gpu_ms": g} for name, (c, g) in run.capture.cpu.items()
-        ]
-        summary["proton_cpu_scopes"] = sorted(rows, key=lambda row: row["cpu_ms"], reverse=True)
+        rows = [{"scope": n, "cpu_ms": c, "gpu_ms": g} for n, (c, g) in run.capture.cpu.items()]
+        out["proton_cpu_scopes"] = sorted(rows, key=lambda row: row["cpu_ms"], reverse=True)
+    return out
 
 
-def figures(row: dict, k: Kernel, devices: dict, ceiling: float | None) -> None:
+def device_of(k: Kernel, devices: dict) -> dict | None:
+    """The device a kernel's launches ran on, or the one model of all of them."""
+    found = [devices.get(d) for d in k.devices]
+    model = [{**d, "id": None} if d else None for d in found]
+    return found[0] if found and all(m == model[0] for m in model) else None
+
+
+def rates(k: Kernel, devices: dict, ceilings: list) -> dict:
     """A kernel's rates (bytes and flops from Proton's launch hook) against its device's
-    nominal peak (and a measured ceiling), and from traces the spread of its launches."""
-    seconds = k.ms / 1e3
-    device = devices.get(next(iter(k.devices))) if len(k.devices) == 1 else None
+    nominal peak and its measured ceiling, and from traces the spread of its launches."""
+    seconds, row = k.ms / 1e3, {}
+    device = device_of(k, devices)
     if k.bytes:
         rate = row["gbyte_per_s"] = k.bytes / seconds / 1e9 if seconds else None
         peak = row["peak_gbyte_per_s"] = device and device["peak_gbyte_per_s"]
         row["pct_of_peak_bw"] = rate / peak if rate and peak else None
-        if ceiling:
-            row["pct_of_ceiling_bw"] = rate / ceiling if rate else None
-    if k.flops:
-        row["flop_per_s"] = sum(k.flops.values()) / seconds if seconds else None
+        if rate:
+            row.update(against_ceiling(rate, k.bytes / (k.launches or 1), device, ceilings))
+    if k.flops and seconds:  # as Proton defines them: flops<width>/s, one figure a width
+        row.update({f"flop{key[5:]}_per_s": value / seconds for key, value in k.flops.items()})
         peaks = {key: peak_flops(device, key) for key in k.flops}
-        if seconds and all(peaks.values()):  # as proton-viewer's util: each width's time
+        if all(peaks.values()):  # as proton-viewer's util: each width's share of the time
             row["pct_of_peak_flops"] = sum(k.flops[key] / peaks[key] for key in peaks) / seconds
     if k.durations:
         spread = sorted(k.durations)
         row.update(min_us=spread[0], median_us=quantile(spread, 0.5))
         row.update(p90_us=quantile(spread, 0.9), max_us=spread[-1])
+    return row
+
+
+def against_ceiling(rate: float, launch_bytes: float, device: dict | None, ceilings: list) -> dict:
+    """rate as a share of the copy measured on the device's model (`make ceiling`) at the
+    nearest size at or above a launch's bytes, and whether those bytes fit its L2."""
+    model = device and (device["arch"], device["sm_count"])
+    ceiling = next((c for c in ceilings if (c.get("arch"), c.get("sm_count")) == model), None)
+    sizes = sorted(ceiling["sizes"], key=lambda s: s["bytes"]) if ceiling else []
+    if not sizes:
+        return {}
+    size = next((s for s in sizes if s["bytes"] >= launch_bytes), sizes[-1])
+    l2 = launch_bytes <= (ceiling.get("l2_bytes") or 0)
+    return {"pct_of_ceiling_bw": rate / size["copy_gbps"], "l2_resident": l2}
 
 
 def peak_flops(device: dict | None, key: str) -> float | None:
@@ -68,11 +89,11 @@ def peak_flops(device: dict | None, key: str) -> float | None:
     try:
         from triton.profiler.specs import max_flops
 
+        width = int(key[5:] or PLAIN_FLOPS_WIDTH)
         clock_khz = device["clock_mhz"] * 1e3
-        peak = max_flops(
-            device["type"], device["arch"], int(key[5:]), device["sm_count"], clock_khz
+        return number(
+            max_flops(device["type"], device["arch"], width, device["sm_count"], clock_khz)
         )
-        return number(peak) or None
     except Exception:  # no device, a width or device the specs do not know, no Triton
         return None
 
@@ -86,9 +107,9 @@ def timelines(run: Run, sites: dict) -> list:
     for path, launches, _ in run.traced:
         name = path.name.split(".part_")[0].split(".chrome_trace")[0]
         by_process.setdefault((path.parent, name), [path, []])[1].extend(launches)
-    out = []
+    out, rank_of = [], {path: rank for rank, path, *_ in run.per_file}
     for path, launches in by_process.values():
-        rank = next(r for r, p, *_ in run.per_file if p == path)
+        rank = rank_of[path]
         out += [
             entry if rank is None else {"rank": rank, **entry}
             for entry in timeline(launches, sites)
@@ -119,7 +140,7 @@ def timeline(launches: list, sites: dict) -> list:
             max(0.0, launches[b][0] - launches[a][1] - (marks[b][0] - marks[a][1]))
             for a, b in zip(at, at[1:], strict=False)
         )
-        kernels = {launches[i][3] for i in at}
+        counts = Counter(launches[i][3] for i in at)
         site = sites.get(chain, {"callsite": "", "source": None})
         entries.append(
             {
@@ -130,9 +151,7 @@ def timeline(launches: list, sites: dict) -> list:
                 "span_ms": span / 1e3,
                 "busy": (marks[last][1] - marks[at[0]][0]) / span if span > 0 else 1.0,
                 "median_idle_us": quantile(idle, 0.5) if idle else None,
-                "fewest_launches_of_a_kernel": min(
-                    sum(launches[i][3] == k for i in at) for k in kernels
-                ),
+                "fewest_launches_of_a_kernel": min(counts.values()),
             }
         )
     return sorted(entries, key=lambda e: e["kernel_ms"], reverse=True)
@@ -199,9 +218,9 @@ def ranks(per_file: list, run: Run) -> dict:
         return out
     if any(type(base) is not int for *_, base in traced):
         return {**out, "proton_rank_start_skew": None}
-    spans = {}  # rank -> [first start, last end], ns since the epoch
+    spans, rank_of = {}, {path: rank for rank, path, *_ in per_file}  # rank -> [first, last] ns
     for path, launches, base in traced:
-        rank = next(r for r, p, *_ in per_file if p == path)
+        rank = rank_of[path]
         first = base + round(min(s for s, *_ in launches) * 1e3)
         last = base + round(max(e for _, e, *_ in launches) * 1e3)
         span = spans.setdefault(rank, [first, last])
@@ -215,17 +234,17 @@ def ranks(per_file: list, run: Run) -> dict:
 
 def ranks_table(summary: dict, top: int) -> list:
     ranks_, skew = summary["proton_ranks"], summary.get("proton_rank_start_skew")
-    zero = min(r["first_kernel_start_ns"] for r in ranks_) if skew else 0
+    zero = min(r.get("first_kernel_start_ns", math.inf) for r in ranks_) if skew else 0
     clocked = f" {'first ms':>9} {'last ms':>9}" if skew else ""
     lines = [f"{'rank':>6} {'GPU ms':>10} {'launches':>8} {'vs mean':>8}{clocked}  files"]
     mean = sum(r["gpu_time_ms"] for r in ranks_) / len(ranks_)
     for r in ranks_[:top]:
         n = "?" if r["kernel_count"] is None else r["kernel_count"]
         vs = f"{r['gpu_time_ms'] / mean:8.2f}" if mean else f"{'':8}"
-        first, last = (
-            r.get(key, zero) - zero for key in ("first_kernel_start_ns", "last_kernel_end_ns")
-        )
-        at = f" {first / 1e6:9.3f} {last / 1e6:9.3f}" if skew else ""
+        at = f" {'':9} {'':9}" if skew else ""  # a rank that launched nothing: no span
+        if skew and "first_kernel_start_ns" in r:
+            first, last = r["first_kernel_start_ns"] - zero, r["last_kernel_end_ns"] - zero
+            at = f" {first / 1e6:9.3f} {last / 1e6:9.3f}"
         files = ", ".join(f.rsplit("/", 1)[-1] for f in r["files"])
         lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}{at}  {files}")
     if summary["proton_rank_imbalance"] is not None:
@@ -367,8 +386,8 @@ def folded(capture: Capture, shown: dict) -> str:
     frame."""
     chains = [capture.chains.frames(chain) for chain, _ in capture.sites]
     names, lines = short_names({frame[0] for frames in chains for frame in frames}), []
-    for (chain, name), (ms, _) in capture.sites.items():
+    for (chain, name), k in capture.sites.items():
         frames = [frame_text(frame, names) for frame in capture.chains.frames(chain)]
         frames = [printable(f).replace(";", "\\x3b") for f in [*frames, shown[name]]]
-        lines.append(";".join(frames) + f" {round(ms * 1e6)}\n")
+        lines.append(";".join(frames) + f" {round(k.ms * 1e6)}\n")
     return "".join(lines)

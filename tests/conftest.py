@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,18 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+
+def example_files():
+    """The example's files: .ci/example, or, in a copy that deleted the list with them, the
+    README's quote of it."""
+    listed = ROOT / ".ci" / "example"
+    if listed.exists():
+        return listed.read_text().split()
+    quote = r"<!-- example files: \.ci/example -->\n```\n(.*?)```"
+    found = re.search(quote, (ROOT / "README.md").read_text(), re.S)
+    return found[1].split() if found else []
+
 
 # True when kernels will run on a GPU; on CPU scripts fall back to Triton's interpreter.
 HAS_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"

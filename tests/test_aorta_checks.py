@@ -14,14 +14,9 @@ import yaml
 import recipe as rc
 from conftest import ROOT
 
-# The files a payload is: every top-level script (a module that defines main; the others
-# are libraries the scripts import), found rather than listed (an example may be deleted
-# or added), and the tests' own payloads.
-SCRIPTS = sorted(
-    path
-    for path in [*ROOT.glob("*.py"), *(ROOT / "tests" / "payloads").glob("*.py")]
-    if "\ndef main(" in path.read_text(encoding="utf-8")
-)
+# The files a payload is, as aorta selects them: every top-level *.py (each a script, an
+# example may be deleted or added), and the tests' own payloads.
+SCRIPTS = sorted([*ROOT.glob("*.py"), *(ROOT / "tests" / "payloads").glob("*.py")])
 IDS = [str(path.relative_to(ROOT)) for path in SCRIPTS]
 # Spelled in pieces, so that this file does not hold them itself.
 HOST_PATHS = ("/" + "home/", "/" + "apps/")

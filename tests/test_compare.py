@@ -16,7 +16,7 @@ import pytest
 
 import parse_hatchet as ph
 from conftest import ROOT, run
-from summary import captures, compare
+from summary import compare
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TREE = FIXTURES / "h200-softmax-python.hatchet"  # make profile of the example, 20 + 1 launches
@@ -24,9 +24,12 @@ HOOK = FIXTURES / "h200-softmax-python-hook-bf16-256x131072.hatchet"  # -k trito
 AMD = FIXTURES / "amd-gfx950-vecadd-shadow.hatchet"
 
 
-def summary(*paths, **kw):
-    found = captures.find([str(p) for p in paths])
-    return ph.summarize(found, str(paths[0]), **kw).summary
+def summary(*paths):
+    return ph.summaries([str(p) for p in paths])[0][0].summary
+
+
+def strict_json(text):
+    return json.loads(text)
 
 
 def cli(*args):
@@ -82,12 +85,34 @@ def test_a_kernel_that_recorded_bytes_shows_its_share_of_the_peak():
     assert torch_kernels and all("pct_of_peak_bw" not in k for k in torch_kernels)  # no bytes
 
 
-def test_the_table_shows_percent_of_peak_and_a_measured_ceiling():
-    p = cli(HOOK, "--table", "--top", "2", "--peak-gbps", "4000")
-    head, first = p.stdout.splitlines()[:2]
-    assert head.endswith("GB/s  % peak  % ceil  kernel")
-    assert " 4546     94%    114%  softmax_normalize_kernel" in first
+def ceiling(folder, l2_bytes=50 * 2**20, arch="90", sm_count=132):
+    """A recorded `make ceiling` of an H200: the copy's GB/s at each size, and its L2."""
+    sizes = [
+        {"bytes": 2**n, "copy_gbps": 1000.0 * n, "read_gbps": 1100.0 * n} for n in (20, 27, 28)
+    ]
+    record = {"device": "NVIDIA H200", "arch": arch, "sm_count": sm_count, "l2_bytes": l2_bytes}
+    (folder / "ceiling").mkdir(exist_ok=True)
+    (folder / "ceiling" / "h200.json").write_text(json.dumps({**record, "sizes": sizes}))
+    return folder / "ceiling"
+
+
+def test_the_table_shows_percent_of_peak_and_of_the_measured_copy_at_the_launch_s_size(tmp_path):
+    p = cli(HOOK, "--table", "--top", "2", "--ceiling", ceiling(tmp_path))
+    head, first = p.stdout.splitlines()[2:4]  # after the headline and a blank line
+    assert head.endswith("GB/s % peak BW % ceiling  kernel")
+    # 256 x 131072 bf16 read and written: 128 MiB a launch, the 2^27 size's 27,000 GB/s.
+    assert " 4546       94%       17%  softmax_normalize_kernel" in first
+    assert "L2-resident" not in first
     assert "% peak" not in cli(TREE, "--table").stdout  # no bytes recorded: no such column
+
+
+def test_a_launch_that_fits_the_l2_is_said_to_be_l2_resident(tmp_path):
+    s = strict_json(cli(HOOK, "--ceiling", ceiling(tmp_path, l2_bytes=2**28)).stdout)
+    assert all(k["l2_resident"] for k in s["proton_kernels"] if "gbyte_per_s" in k)
+    p = cli(HOOK, "--table", "--ceiling", ceiling(tmp_path, l2_bytes=2**28))
+    assert "softmax_normalize_kernel [256x131072 bfloat16] [L2-resident]" in p.stdout
+    other = strict_json(cli(HOOK, "--ceiling", ceiling(tmp_path, arch="100")).stdout)
+    assert all("pct_of_ceiling_bw" not in k for k in other["proton_kernels"])  # another model
 
 
 def test_above_the_peak_is_shown_not_clamped(tmp_path):
@@ -111,7 +136,7 @@ def test_each_kernel_s_spread_from_its_launches_in_a_trace():
     assert (row["min_us"], row["max_us"]) == (durations[0], durations[-1])
     assert row["median_us"] == pytest.approx(statistics.median(durations))
     assert row["p90_us"] == pytest.approx(deciles[8])
-    head = cli(path, "--table").stdout.splitlines()[0]
+    head = cli(path, "--table").stdout.splitlines()[2]
     assert "median us" in head and "p90 us" in head
     assert "median_us" not in summary(TREE)["proton_kernels"][0]  # a tree has no launches
 
@@ -471,11 +496,8 @@ def test_an_unread_capture_wins_over_a_regression(tmp_path):
 def test_make_compare_runs_the_diff_of_the_latest_two_runs():
     p = run("make", "-n", "--no-print-directory", "compare", "FAIL_ABOVE=5", "MIN_MS=0.05")
     assert p.returncode == 0
-    assert (
-        "parse_hatchet.py' 'profiling_results/profile/latest' --diff 'profiling_results/profile/previous'"
-        in p.stdout
-    )
-    assert "--fail-above '5'" in p.stdout and "--min-ms '0.05'" in p.stdout
+    runs = "'profiling_results/profile/latest' 'profiling_results/profile/previous'"
+    assert f"--compare {runs} --fail-above '5' --min-ms '0.05'" in p.stdout
     p = run("make", "-n", "--no-print-directory", "profile", "TRIALS=3", "HOOK=triton")
     assert "--hook 'triton' --trials '3'" in p.stdout
 

@@ -15,10 +15,10 @@ VECTOR_ADD = "tests/payloads/vector_add.py"
 
 
 def recipe(*args, cwd=ROOT):
-    """The commands make would run, as words."""
+    """The command make would run last (after its checks), as words."""
     p = run("make", "--no-print-directory", "-n", *args, cwd=cwd)
     assert p.returncode == 0, p.stderr
-    return [shlex.split(line) for line in p.stdout.replace("\\\n", " ").splitlines()]
+    return shlex.split(p.stdout.replace("\\\n", " ").splitlines()[-1])
 
 
 def test_make_help_is_the_default_and_lists_every_variable():
@@ -33,7 +33,7 @@ def test_make_help_is_the_default_and_lists_every_variable():
 
 @pytest.mark.parametrize("args", ["--a 'b;c' \"d e\" *", "--x $$HOME", "--y `id`", "--n 5\t--m 6"])
 def test_every_word_of_args_reaches_the_script_as_given(args):
-    (words,) = recipe("run", f"SCRIPT={VECTOR_ADD}", f"ARGS={args}")
+    words = recipe("run", f"SCRIPT={VECTOR_ADD}", f"ARGS={args}")
     expected = args.replace("$$", "$").split()  # split on whitespace, nothing else done
     assert words[1:] == [VECTOR_ADD, *expected]
 
@@ -50,7 +50,7 @@ def test_a_newline_or_a_quote_in_a_variable_stays_one_word(variable):
     value = "it's\nodd; touch x"
     p = run("make", "--no-print-directory", "-n", "profile", f"{variable}={value}", "ARGS=")
     assert p.returncode == 0, p.stderr
-    assert value in words_of(p.stdout.replace("\\\n", " ").strip())
+    assert value in words_of(p.stdout.replace("\\\n", " ").strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_a_newline_or_a_quote_in_a_variable_stays_one_word(variable):
 )
 def test_a_path_with_a_leading_dash_reaches_python_as_a_path(target, variable):
     # Taken for an option, CUR=-h would print help and pass a CI gate with exit 0.
-    (words,) = recipe(target, f"{variable}=-h")
+    words = recipe(target, f"{variable}=-h")
     assert "./-h" in words and "-h" not in words
 
 
@@ -71,13 +71,65 @@ def test_a_script_whose_name_holds_a_newline_and_a_quote_runs(tmp_path):
 
 def test_the_example_s_arguments_go_only_to_the_example():
     example = re.search(r"^EXAMPLE := (\S+)$", (ROOT / "Makefile").read_text(), re.M)[1]
-    (words,) = recipe("run")
+    words = recipe("run")
     assert (
         words[1] == example
         and words[2:] == "--rows 4096 --cols 1024 --dtype float32 --iters 20".split()
     )
-    (words,) = recipe("run", f"SCRIPT={VECTOR_ADD}")
+    words = recipe("run", f"SCRIPT={VECTOR_ADD}")
     assert words[1:] == [VECTOR_ADD]
+
+
+def test_nproc_starts_the_script_through_torch_s_launcher_after_a_double_dash():
+    # torchrun would take the script's --n for a prefix of its own --nnodes.
+    words = recipe("profile", "NPROC=2", f"SCRIPT={VECTOR_ADD}", "ARGS=--n 5")
+    launcher = ".venv/bin/python -m torch.distributed.run --standalone --nproc-per-node 2"
+    assert words[-10:] == [*launcher.split(), "--", VECTOR_ADD, "--n", "5"]
+
+
+@pytest.mark.parametrize("target", ["run", "profile", "trace", "intra", "intra-trace"])
+def test_a_script_that_is_not_there_is_named_in_one_line(tmp_path, target):
+    # As in a copy whose example is deleted and SCRIPT left at its default.
+    missing = tmp_path / "gone.py"
+    p = run("make", "-s", target, f"SCRIPT={missing}", f"OUT={tmp_path / 'out'}")
+    assert p.returncode == 2 and p.stdout == "", p.stdout
+    assert p.stderr.splitlines()[0] == f"make {target}: no script {missing}: set SCRIPT=your.py"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_make_compare_without_runs_says_what_to_run_first(tmp_path):
+    p = run("make", "-s", "compare", f"OUT={tmp_path}")
+    assert p.returncode == 2 and p.stdout == "", p.stdout
+    assert p.stderr.splitlines()[0] == (
+        f"make compare: no run {tmp_path}/profile/latest: run make profile twice first, "
+        "or set CUR= and BASE="
+    )
+
+
+def exit_tables(tool):
+    """The exit codes each page's table for tool lists (`| exit | tool |`), by page."""
+    found = {}
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        tables = re.findall(
+            rf"^\| exit \| {re.escape(tool)} \|\n\|[- |]+\|\n((?:\|.*\n)+)", page.read_text(), re.M
+        )
+        for rows in tables:
+            found[page.name] = {
+                int(n)
+                for row in rows.splitlines()
+                for n in re.findall(r"\b\d+\b", row.split("|")[1])
+            }
+    return found
+
+
+def test_the_documented_exit_codes_are_the_code_s():
+    text = (ROOT / "profile.sh").read_text()
+    coded = {int(n) for n in re.findall(r"\b(?:die|exit|stop [A-Z]+) (\d+)\b", text)}
+    header = re.search(r"^# Exit status:(.*?)^set ", text, re.M | re.S)[1]
+    assert {int(n) for n in re.findall(r"\b\d+\b", header)} == coded
+    assert exit_tables("profile.sh") == {"profiling.md": coded}
+    made = {0} | {int(n) for n in re.findall(r"\bexit (\d+)\b", (ROOT / "Makefile").read_text())}
+    assert exit_tables("make") == {"README.md": made, "profiling.md": made}
 
 
 def test_make_run_runs_another_script_on_the_cpu():

@@ -9,9 +9,8 @@ import sys
 
 import pytest
 
-from summary import captures
 import parse_hatchet as ph
-from conftest import ROOT, run
+from conftest import ROOT, example_files, run
 
 README = (ROOT / "README.md").read_text()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -23,7 +22,7 @@ COMPARE = re.compile(
 )
 COMPARES = [(page, c) for page in PAGES for c in COMPARE.findall(page.read_text())]
 # A copy of the example's files may delete them: links into them may dangle there.
-EXAMPLE = {ROOT / path for path in (ROOT / ".ci" / "example").read_text().split()}
+EXAMPLE = {ROOT / path for path in example_files()}
 
 
 def test_the_readme_is_short_and_shows_make_profile_on_its_first_screen():
@@ -42,7 +41,8 @@ def test_every_capture_quote_is_found():
     "page, name, top, block", QUOTES, ids=[f"{q[0].name}:{q[1]}" for q in QUOTES]
 )
 def test_quoted_tables_are_what_parse_hatchet_prints_for_the_capture(page, name, top, block):
-    summary, problem, _ = ph.summarize(captures.find([str(FIXTURES / name)]), str(FIXTURES))
+    (done, *_), problem, _ = ph.summaries([str(FIXTURES / name)])
+    summary = done.summary
     assert problem is None
     assert block in ph.table(summary, int(top)), f"{page.name} quotes {name} wrongly"
 

@@ -5,8 +5,13 @@ point one way; nothing rewrites sys.modules."""
 
 import ast
 import re
+import shutil
+import sys
+from pathlib import Path
 
-from conftest import ROOT
+import pytest
+
+from conftest import ROOT, example_files, run
 
 TOOLING = [
     "Makefile",
@@ -15,13 +20,15 @@ TOOLING = [
     "recipe.yaml",
     "proton_launch.py",
     "parse_hatchet.py",
-    "summary/captures.py",
+    "summary/files.py",
+    "summary/run.py",
     "summary/views.py",
     "summary/compare.py",
     "Dockerfile",
+    ".ci/run",
 ]
 EXAMPLE = re.compile(r"\bsoftmax\.py\b|\blong_rows\b|^\s*(import|from)\s+softmax\b", re.M)
-LISTED = (ROOT / ".ci" / "example").read_text().split()
+LISTED = example_files()
 
 
 def test_the_tooling_names_no_example():
@@ -85,3 +92,21 @@ def test_nothing_writes_to_sys_modules():
             targets = getattr(node, "targets", []) + [target]
             written = [t for t in targets if isinstance(t, ast.Subscript | ast.Attribute)]
             assert not any("sys.modules" in ast.unparse(t) for t in written), path
+
+
+RUFF = Path(sys.executable).parent / "ruff"
+
+
+@pytest.mark.skipif(not RUFF.exists(), reason="ruff: make setup")
+def test_annotations_are_asked_of_the_repository_s_modules_and_never_of_a_user_s(tmp_path):
+    # A user's own script, kernels bare, in a copy of the lint config; and one of ours with
+    # an annotation dropped.
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    (tmp_path / "tests").mkdir()
+    for name in ("mine.py", "tests/test_mine.py"):
+        shutil.copy(ROOT / "tests" / "payloads" / "vector_add.py", tmp_path / name)
+    assert run(RUFF, "check", "--select", "ANN", ".", cwd=tmp_path).returncode == 0
+    ours = (ROOT / "proton_launch.py").read_text().replace("(argv: list[str])", "(argv)", 1)
+    (tmp_path / "proton_launch.py").write_text(ours)
+    p = run(RUFF, "check", "--select", "ANN", "--output-format", "concise", ".", cwd=tmp_path)
+    assert p.returncode == 1 and "proton_launch.py" in p.stdout and "mine" not in p.stdout

@@ -1,0 +1,434 @@
+"""What one run's Proton captures add up to: aorta's five keys, each kernel by name, each
+call site by its chain of the user's frames, and what the views need. It reads decoded
+captures (files.py decodes them) and imports nothing else of this repository: copy it alone.
+
+aorta's rule (ROCm aorta's Proton collector, to the letter): only leaves count. A leaf's
+time is its first metric `time (<ns|us|ms|s>)` that holds a finite number >= 0 (a numeric
+string read through float()); a leaf with none is no kernel, nor (a rule of ours) is ROOT.
+Times and launches (`count`) add up by kernel name, across call paths and files. The keys:
+
+    proton_kernel_count   launches, summed; left out when any kernel's count is unreadable
+    proton_gpu_time_ms    the kernels' times, summed
+    proton_top_kernel_ms  the largest kernel's time
+    proton_top_kernels    up to five names by time, ties in the order first seen
+    proton_artifact_dir   the folder of the captures (the caller's to fill)
+"""
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
+
+TOP_N = 5  # aorta's length of proton_top_kernels
+TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+# Where a frame is not the user's: Python's own, and Triton's (Proton's) and torch's, by
+# where they are installed on any machine and on this one.
+LIBRARY = re.compile(
+    r"^<|/lib/python3\.\d+/(?!(site|dist)-packages/)|/(site|dist)-packages/(triton|torch)/"
+)
+PACKAGES = tuple(
+    f"{root.rstrip('/')}/"
+    for spec in map(find_spec, ("triton", "torch"))
+    for root in (spec and spec.submodule_search_locations or [])
+)
+CAPTURED_AT, AUTOTUNING = "<captured_at>", "<autotuning>"  # links of chains, not frames
+CAPTURED, AUTOTUNED = (CAPTURED_AT, 0, ""), (AUTOTUNING, 0, "")  # as frames, one object each
+MAX_FRAMES = 200  # a call site shows its innermost frames (Python's stacks stop near 1,000)
+# The metrics Proton's launch hook records from a kernel's launch_metadata.
+ROOFLINE = ("bytes", "flops", "flops8", "flops16", "flops32", "flops64")
+
+
+def number(value: object) -> float | None:
+    """A finite number >= 0, read as aorta reads a metric, else None."""
+    try:
+        value = float(value) if type(value) in (int, float, str) else math.nan
+    except (ValueError, OverflowError):
+        return None
+    return value if 0 <= value < math.inf else None
+
+
+def printable(text: str) -> str:
+    """text with control characters as escapes: a kernel's name must not move a terminal's
+    cursor or begin a line of output of its own."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def five_keys(kernels: dict) -> dict:
+    """aorta's keys but the folder, from each kernel's summed ms and launches."""
+    ranked = sorted(kernels.items(), key=lambda item: item[1].ms, reverse=True)  # stable
+    keys = {}
+    if all(k.launches is not None for k in kernels.values()):
+        keys["proton_kernel_count"] = sum(k.launches for k in kernels.values())
+    keys["proton_gpu_time_ms"] = sum(k.ms for k in kernels.values())
+    keys["proton_top_kernel_ms"] = ranked[0][1].ms
+    keys["proton_top_kernels"] = [name for name, _ in ranked[:TOP_N]]
+    return keys
+
+
+# --- Kernels and call sites ------------------------------------------------------------
+
+
+@functools.cache
+def layout(keys: tuple) -> tuple[list, list, list]:
+    """Of a node's metric names, in order: the times aorta reads and the CPU times of
+    proton.cpu_timed_scope, each with its factor to ms, and the launch hook's metrics
+    (cached: nodes share a few names)."""
+    times, cpu = [], []
+    for key in filter(lambda key: type(key) is str, keys):  # MessagePack allows others
+        head, _, unit = key.partition("(")  # "time (ns) (exc)": a unit of "ns) (exc"
+        factor = TIME_UNIT_MS.get(unit.rstrip(")").strip().lower())
+        if factor and head.strip().lower() in ("time", "cpu_time"):
+            (times if head.strip().lower() == "time" else cpu).append((key, factor))
+    return times, cpu, [key for key in keys if key in ROOFLINE]
+
+
+def first_ms(metrics: dict, times: list) -> float | None:
+    for key, factor in times:
+        if (value := number(metrics[key])) is not None and value * factor < math.inf:
+            return value * factor
+    return None
+
+
+@dataclass
+class Kernel:
+    """Launches summed: of one kernel, or of one kernel at one call site."""
+
+    ms: float = 0.0
+    launches: int | None = 0  # None: a count was unreadable
+    bytes: float = 0.0
+    flops: dict = field(default_factory=dict)  # flops, flops8 ... flops64, as recorded
+    devices: set = field(default_factory=set)  # (type, id) of the launches that did
+    durations: list = field(default_factory=list)  # us of each launch, from traces
+
+    def add(self, ms: float, launches: int | None) -> "Kernel":
+        self.ms += ms
+        if self.launches is not None:
+            self.launches = None if launches is None else self.launches + launches
+        return self
+
+
+@dataclass
+class Capture:
+    """What a run's captures add up to."""
+
+    chains: "Chains" = field(default_factory=lambda: Chains())
+    kernels: dict = field(default_factory=dict)  # name -> Kernel
+    sites: dict = field(default_factory=dict)  # (chain, name) -> Kernel
+    scopes: dict = field(default_factory=dict)  # (kernel, scope) -> [cycles, normalized]
+    cpu: dict = field(default_factory=dict)  # CPU-timed scope -> [CPU ms, GPU ms inside]
+    unusable: int = 0  # kernel leaves with times, none of them usable
+    untimed: set = field(default_factory=set)  # metric names of leaves with no time
+
+    def launched(self, name: str, chain: int, ms: float, launches: int | None) -> Kernel:
+        self.sites.setdefault((chain, name), Kernel()).add(ms, launches)
+        return self.kernels.setdefault(name, Kernel()).add(ms, launches)
+
+    def leaf(self, name: str, metrics: dict, times: list, chain: int) -> Kernel | None:
+        """Adds a leaf's launches, if it is a kernel: a usable time, a name, not ROOT."""
+        if not (name := name.strip()) or name == "ROOT":
+            return None
+        if (ms := first_ms(metrics, times) if times else None) is None:
+            self.unusable += bool(times)
+            if not times and not layout(tuple(metrics))[1]:
+                self.untimed.update(set(metrics) - {"count"})
+            return None
+        count = number(metrics.get("count"))
+        kernel = self.launched(name, chain, ms, None if count is None else int(count))
+        for key in layout(tuple(metrics))[2]:  # bytes and flops of Proton's launch hook
+            if value := number(metrics[key]):
+                if key == "bytes":
+                    kernel.bytes += value
+                else:
+                    kernel.flops[key] = kernel.flops.get(key, 0.0) + value
+                device = (str(metrics.get("device_type")), str(metrics.get("device_id")))
+                kernel.devices.add(device)
+        return kernel
+
+
+def node_parts(node: dict) -> tuple[str, dict]:
+    frame, metrics = node.get("frame"), node.get("metrics")
+    name = frame.get("name", "") if type(frame) is dict else ""
+    return str(name), metrics if type(metrics) is dict else {}
+
+
+def walk_tree(roots: list, capture: Capture) -> None:
+    """Adds a tree's leaves in aorta's order (depth first, children in file order): each
+    leaf with a usable time is a kernel's launches at the chain of user frames above it.
+    A node with `cycles` is a scope of the kernel above it (instrumentation backend); one
+    with `cpu_time` a CPU-timed scope, given the GPU time of the kernels inside it."""
+    stack = [(iter(roots), 0, None, None)]  # (children, chain, kernel above, CPU scope)
+    while stack:
+        children, chain, kernel, cpu = stack[-1]
+        for node in filter(lambda node: type(node) is dict, children):
+            name, metrics = node_parts(node)
+            if kernel is not None and "cycles" in metrics:
+                sums = capture.scopes.setdefault((kernel, name), [0.0, 0.0])
+                sums[0] += number(metrics["cycles"]) or 0.0
+                sums[1] += number(metrics.get("normalized_cycles")) or 0.0
+            times, cpu_times, _ = layout(tuple(metrics))
+            below, inside = node.get("children"), cpu
+            timed = first_ms(metrics, times) is not None
+            if cpu_times and name != "ROOT" and (below or not timed):  # a CPU-timed scope
+                if (ms := first_ms(metrics, cpu_times)) is not None:
+                    inside = capture.cpu.setdefault(name, [0.0, 0.0])
+                    inside[0] += ms
+            if below and type(below) is list:  # walked, as aorta walks it
+                inner, is_frame = capture.chains.step(chain, name)
+                is_frame |= name == "ROOT" or "cycles" in metrics
+                stack.append((iter(below), inner, kernel if is_frame else name, inside))
+                break  # into the children: these siblings resume after them
+            if capture.leaf(name, metrics, times, chain) and cpu is not None:
+                cpu[1] += first_ms(metrics, times)
+        else:
+            stack.pop()
+
+
+def walk_trace(events: list, capture: Capture) -> list:
+    """Adds a trace's kernel events, each a launch of one, and returns them as (start us,
+    end us, chain, name); the instrumentation backend's events (whose clock gives its
+    frequency) are scopes, left to the views."""
+    launches, by_stack = [], {}  # by_stack: a call stack met again is looked up
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X" or not isinstance(e.get("name"), str):
+            continue
+        ts, dur, name = e.get("ts"), number(e.get("dur")), e["name"].strip()
+        args = e["args"] if isinstance(e.get("args"), dict) else {}
+        if type(ts) not in (int, float) or dur is None or not name or "Frequency (MHz)" in args:
+            continue
+        ts = float(ts)
+        stack = args.get("call_stack")  # the frames, then the kernel
+        stack = tuple(map(str, stack[:-1])) if isinstance(stack, list) else ()
+        if (chain := by_stack.get(stack)) is None:
+            chain = 0
+            for frame in stack:
+                chain = capture.chains.step(chain, frame)[0]
+            by_stack[stack] = chain
+        capture.launched(name, chain, dur / 1e3, 1).durations.append(dur)
+        launches.append((ts, ts + dur, chain, name))
+    return launches
+
+
+@functools.cache
+def frame_of(name: str) -> tuple | bool | None:
+    """A python-context node's name, "file:line@function", as (file, line, function) for a
+    frame of the user's; Triton's autotuner benchmarking as AUTOTUNED; False for another
+    frame (Python's, Triton's, torch's, proton_launch.py's, Proton's launch hook's); None
+    for a node that is no frame (a kernel, ROOT)."""
+    head, at, func = name.rpartition("@")
+    file, colon, line = head.rpartition(":")
+    if not (at and colon and line.isdecimal()):
+        return None
+    if (file.endswith("triton/runtime/autotuner.py") and func == "_bench") or (
+        file.endswith("triton/testing.py") and func.startswith("do_bench")
+    ):
+        return AUTOTUNED
+    if LIBRARY.search(file) or file.startswith(PACKAGES) or func.startswith("__proton"):
+        return False
+    return False if file.endswith("/proton_launch.py") else (file, int(line), func)
+
+
+class Chains:
+    """Chains of the user's frames, outermost first, each stored once and known by an int
+    (0: no frame). A frame repeated by recursion counts up its link, not adding one."""
+
+    def __init__(self) -> None:
+        self.links = [(0, None, 0)]  # id -> (parent id, (file, line, function), repeats)
+        self.depths = [0]  # id -> links in the chain
+        self.ids = {}
+        self.python = False  # whether any node was a python frame (context python)
+
+    def step(self, chain: int, name: str) -> tuple[int, bool]:
+        """The chain with the node named name below it, and whether that is a frame; a
+        <captured_at> node is a link of its own: above it, where a CUDA graph was replayed,
+        below it, where it was captured (Proton 3.8+)."""
+        frame = frame_of(name) if name != CAPTURED_AT else CAPTURED
+        if not frame:
+            self.python |= frame is False
+            return chain, frame is False
+        self.python = True
+        parent, last, repeats = self.links[chain]  # frame_of gives one object for a name
+        key = (parent, frame, repeats + 1) if last is frame else (chain, frame, 1)
+        if (found := self.ids.get(key)) is None:
+            found = self.ids[key] = len(self.links)
+            self.links.append(key)
+            self.depths.append(self.depths[key[0]] + 1)
+        return found, True
+
+    def texts(self, chains: list, names: dict) -> dict:
+        """Each of chains as "file:line function > ...", outermost first: a chain's text is
+        its parent's and its last link's, each worked out once; a chain deeper than
+        MAX_FRAMES shows its innermost MAX_FRAMES below a count of the rest."""
+        shown, out = {0: ""}, {}
+        for chain in chains:
+            if self.depths[chain] > MAX_FRAMES:
+                out[chain] = " > ".join(frame_text(f, names) for f in self.frames(chain))
+                continue
+            path, link = [], chain
+            while link not in shown:
+                path.append(link)
+                link = self.links[link][0]
+            for link in reversed(path):
+                parent, frame, repeats = self.links[link]
+                text = frame_text([*frame, repeats], names)
+                shown[link] = f"{shown[parent]} > {text}" if parent else text
+            out[chain] = shown[chain]
+        return out
+
+    def frames(self, chain: int) -> list:
+        """[file, line, function, repeats] of each link, outermost first: the innermost
+        MAX_FRAMES, below a marker that counts the rest."""
+        out = []
+        while chain and len(out) < MAX_FRAMES:
+            chain, frame, repeats = self.links[chain]
+            out.append([*frame, repeats])
+        if chain:
+            out.append([f"[{self.depths[chain]} outer frames]", 0, "", 1])
+        return out[::-1]
+
+
+def frame_text(frame: list, names: dict) -> str:
+    """A link of a chain, [file, line, function, repeats], as "file:line function", its
+    file by the name names give it (a recursion: "(xN)"); a marker link as itself."""
+    file, line, func, repeats = frame
+    if not (line or func):  # CAPTURED, AUTOTUNED, or the outer frames left out
+        return file
+    return f"{names.get(file, file)}:{line} {func}" + (f" (x{repeats})" if repeats > 1 else "")
+
+
+def short_names(files: set) -> dict:
+    """Each file's shortest trailing part of its path that no other file shares. Sorted by
+    reversed path, a path shares the most with a neighbour: one sort and one pass."""
+    ordered = sorted((file.split("/")[::-1], file) for file in files)
+
+    def shared(a: list, b: list) -> int:  # trailing components two paths have in common
+        pairs = enumerate(zip(a, b, strict=False))
+        return next((n for n, (x, y) in pairs if x != y), min(len(a), len(b)))
+
+    names = {}
+    for i, (parts, file) in enumerate(ordered):
+        near = [ordered[j][0] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
+        names[file] = "/".join(parts[: 1 + max((shared(parts, o) for o in near), default=0)][::-1])
+    return names
+
+
+# --- Devices ---------------------------------------------------------------------------
+
+
+def peak_bandwidth(type_: str, info: dict) -> float | None:
+    """A device's nominal peak memory bandwidth, GB/s, by the installed Proton's own specs
+    (triton.profiler.specs.max_bps, as proton-viewer computes it), where they know it."""
+    try:
+        from triton.profiler.specs import max_bps
+
+        bps = max_bps(type_, info.get("arch"), info["bus_width"], info["memory_clock_rate"])
+        return number(bps / 1e9) or None
+    except Exception:  # no Triton here, or a device or field the specs do not know
+        return None
+
+
+def devices(records: list) -> dict:
+    """The devices a tree's second part describes, (type, id) -> properties."""
+    out = {}
+    for record in filter(lambda record: isinstance(record, dict), records):
+        for type_, by_id in record.items():
+            for id_, info in by_id.items() if isinstance(by_id, dict) else ():
+                info = info if isinstance(info, dict) else {}
+                khz = [number(info.get(key)) for key in ("clock_rate", "memory_clock_rate")]
+                out[str(type_), str(id_)] = {
+                    "type": printable(str(type_)),
+                    "id": printable(str(id_)),
+                    "arch": printable(str(info["arch"])) if "arch" in info else None,
+                    "sm_count": info.get("num_sms"),
+                    "clock_mhz": khz[0] and khz[0] / 1e3,
+                    "memory_clock_mhz": khz[1] and khz[1] / 1e3,
+                    "memory_bus_bits": info.get("bus_width"),
+                    "peak_gbyte_per_s": peak_bandwidth(str(type_), info),
+                }
+    return out
+
+
+# --- A run -----------------------------------------------------------------------------
+
+
+def epoch_ns(trace: dict) -> int | None:
+    """Where a trace's clock starts, ns since the epoch, where it says."""
+    base = trace.get("baseTimeNanoseconds")
+    return base if type(base) is int else None
+
+
+def scope_args(event: object) -> dict:
+    """An event's args, where it is one of the instrumentation backend's (its clock's
+    frequency given), else {}."""
+    args = event.get("args") if isinstance(event, dict) else None
+    return args if isinstance(args, dict) else {}
+
+
+@dataclass
+class Run:
+    """One run's captures as added: what they add up to, and what the views need."""
+
+    capture: Capture = field(default_factory=Capture)
+    read: list = field(default_factory=list)
+    per_file: list = field(default_factory=list)  # (rank, path, ms, launches) of each read
+    traced: list = field(default_factory=list)  # (path, launches, clock start) of traces
+    scoped: list = field(default_factory=list)  # the instrumentation backend's trace events
+    devices: dict = field(default_factory=dict)  # (type, id) -> properties
+    events: int = 0  # trace events of any kind
+
+    def add(self, path: Path, data: object, rank: int | None) -> None:
+        """Adds a decoded capture (a tree or a trace); ValueError where it is neither."""
+        ms, launches = self.totals()
+        if isinstance(data, dict) and isinstance(data.get("traceEvents"), list):
+            events = data["traceEvents"]
+            self.traced.append((path, walk_trace(events, self.capture), epoch_ns(data)))
+            self.scoped += [e for e in events if "Frequency (MHz)" in scope_args(e)]
+            self.events += len(events)
+        else:
+            roots = data if isinstance(data, list) else [data]
+            if not any(isinstance(r, dict) and "frame" in r for r in roots):
+                raise ValueError("not a Proton tree or trace (no frame at the top, no traceEvents)")
+            walk_tree(roots, self.capture)
+            self.devices |= devices([r for r in roots if isinstance(r, dict) and "frame" not in r])
+        self.read.append(path)
+        after = self.totals()
+        counted = None if None in (launches, after[1]) else after[1] - launches
+        self.per_file.append((rank, path, after[0] - ms, counted))
+
+    def totals(self) -> tuple[float, int | None]:
+        counts = [k.launches for k in self.capture.kernels.values()]
+        ms = sum(k.ms for k in self.capture.kernels.values())
+        return ms, None if None in counts else sum(counts)
+
+    @property
+    def viewed(self) -> bool:
+        """Whether the run holds more than kernels and call sites: rates, traces, ranks,
+        scopes."""
+        c, ranked = self.capture, any(rank is not None for rank, *_ in self.per_file)
+        rates = any(k.bytes or k.flops for k in c.kernels.values())
+        return bool(rates or ranked or self.traced or self.scoped or c.scopes or c.cpu)
+
+    def problem(self) -> str | None:
+        """Why the captures read hold nothing to summarise, saying what they hold instead."""
+        c = self.capture
+        if not math.isfinite(sum(k.ms for k in c.kernels.values())):  # as aorta
+            return "kernel times add up to infinity"
+        if c.kernels or c.scopes or self.scoped:
+            return None
+        if c.unusable:
+            return f"no timed kernel: {c.unusable} leaves have a time that is no finite number >= 0"
+        if c.untimed:
+            found = ", ".join(sorted(map(str, c.untimed)))[:200]
+            return f"no timed kernel: leaves carry no `time (ns|us|ms|s)` metric (found: {found})"
+        if self.events:
+            return (
+                f"no timed kernel: the trace's {self.events} events include no complete event "
+                '("ph": "X") with a name, a ts and a dur >= 0'
+            )
+        return (
+            "no timed kernel in the capture: ROOT only (a pinned AMD backend in cli mode on "
+            "Triton 3.7 or older, or an env-mode payload that never called proton.start())"
+        )
