@@ -196,6 +196,7 @@ trial() {  # the command of trial $1 (of side $2) as $command, writing into $dir
 }
 summarise=("$py" "$here/parse_hatchet.py" "$out" -o "$out/summary.json" --table)
 [[ -z $world ]] || summarise+=(--world-size "$world")
+[[ ! -d $results/ceiling ]] || summarise+=(--ceiling "$results/ceiling")  # make ceiling's
 ((!ab)) || comparison "$py" "$out/now" "$out/base"
 shown() { local line; line=$(printf '%q ' "$@"); echo "${line% }"; }  # pasteable words
 if ((dry_run)); then

@@ -281,7 +281,6 @@ def tree_scopes(scopes: dict) -> list:
             "share": cycles / per_kernel[kernel] if per_kernel[kernel] else 0.0,
         }
         for (kernel, scope), (cycles, normalized) in scopes.items()
-        if math.isfinite(per_kernel[kernel] + normalized)  # crafted values past a float's range
     ]
     return sorted(rows, key=lambda row: row["cycles"], reverse=True)
 
@@ -291,7 +290,7 @@ def trace_scopes(events: list) -> tuple[list, list]:
     tid the warp, cycles = dur x MHz): its warp events, their cycles (sum, median, p90)
     and share; and per kernel, how its CTAs spread over the SMs. A launch records each
     (CTA, warp, scope) once: the most repeats of one are the launches."""
-    by_scope, by_sm, repeats = {}, {}, {}
+    by_scope, by_sm, repeats = {}, {}, Counter()
     for e in events:
         cycles = (number(e.get("dur")) or 0.0) * (number(e["args"]["Frequency (MHz)"]) or 0.0)
         words = str(e.get("pid")).split()
@@ -299,50 +298,48 @@ def trace_scopes(events: list) -> tuple[list, list]:
         cta = next((w[3:] for w in words if w.startswith("CTA")), "?")
         kernel, scope, warp = str(e.get("cat")), str(e.get("name")), str(e.get("tid"))
         by_scope.setdefault((kernel, scope), []).append(cycles)
-        on_sm = by_sm.setdefault(kernel, {}).setdefault(sm, [{}, 0.0])
-        on_sm[0][warp, scope] = on_sm[0].get((warp, scope), 0) + 1
+        on_sm = by_sm.setdefault(kernel, {}).setdefault(sm, [Counter(), 0.0])
+        on_sm[0][warp, scope] += 1
         on_sm[1] += cycles
-        repeats[kernel, cta, warp, scope] = repeats.get((kernel, cta, warp, scope), 0) + 1
-    per_kernel, launches = {}, {}
+        repeats[kernel, cta, warp, scope] += 1
+    per_kernel, launches = Counter(), Counter()
     for (kernel, _), cycles in by_scope.items():
-        per_kernel[kernel] = per_kernel.get(kernel, 0.0) + sum(cycles)
+        per_kernel[kernel] += sum(cycles)
     for (kernel, *_), n in repeats.items():
-        launches[kernel] = max(launches.get(kernel, 0), n)
-    rows = []
-    for (kernel, scope), cycles in by_scope.items():
-        if math.isfinite(total := sum(cycles)):  # crafted cycles past a float's range
-            cycles.sort()
-            rows.append(
-                {
-                    "kernel": kernel,
-                    "scope": scope,
-                    "events": len(cycles),
-                    "cycles": total,
-                    "median_cycles": quantile(cycles, 0.5),
-                    "p90_cycles": quantile(cycles, 0.9),
-                    "share": total / per_kernel[kernel] if per_kernel[kernel] else 0.0,
-                }
-            )
-    spread = []
-    for kernel, sms in by_sm.items():
-        counted = {}  # (warp, scope) -> its events on every SM: the most common is in every CTA
-        for pairs, _ in sms.values():
-            for pair, n in pairs.items():
-                counted[pair] = counted.get(pair, 0) + n
-        pair = max(counted, key=counted.get)
-        ctas = sorted(pairs.get(pair, 0) / launches[kernel] for pairs, _ in sms.values())
-        cycles = sorted(t for _, t in sms.values())
-        middle = quantile(cycles, 0.5)
-        spread.append(
-            {
-                "kernel": kernel,
-                "launches": launches[kernel],
-                "sms": len(sms),
-                "ctas_per_sm": [ctas[0], quantile(ctas, 0.5), ctas[-1]],
-                "slowest_sm_vs_median": cycles[-1] / middle if middle else None,
-            }
-        )
+        launches[kernel] = max(launches[kernel], n)
+    rows = [
+        {
+            "kernel": kernel,
+            "scope": scope,
+            "events": len(cycles),
+            "cycles": sum(cycles),
+            "median_cycles": quantile(sorted(cycles), 0.5),
+            "p90_cycles": quantile(sorted(cycles), 0.9),
+            "share": sum(cycles) / per_kernel[kernel] if per_kernel[kernel] else 0.0,
+        }
+        for (kernel, scope), cycles in by_scope.items()
+    ]
+    spread = [sm_spread(kernel, sms, launches[kernel]) for kernel, sms in by_sm.items()]
     return sorted(rows, key=lambda row: row["cycles"], reverse=True), spread
+
+
+def sm_spread(kernel: str, sms: dict, launches: int) -> dict:
+    """How a kernel's CTAs spread over its SMs (sms: SM -> [events by (warp, scope),
+    cycles]): the (warp, scope) most common over all SMs is in every CTA."""
+    counted = Counter()
+    for pairs, _ in sms.values():
+        counted.update(pairs)
+    pair = max(counted, key=counted.get)
+    ctas = sorted(pairs[pair] / launches for pairs, _ in sms.values())
+    cycles = sorted(t for _, t in sms.values())
+    middle = quantile(cycles, 0.5)
+    return {
+        "kernel": kernel,
+        "launches": launches,
+        "sms": len(sms),
+        "ctas_per_sm": [ctas[0], quantile(ctas, 0.5), ctas[-1]],
+        "slowest_sm_vs_median": cycles[-1] / middle if middle else None,
+    }
 
 
 def scopes_table(summary: dict, top: int) -> list:

@@ -332,6 +332,13 @@ def test_the_command_of_each_kind_of_run(tmp_path, row):
     assert d.commands == [words(expected, d.folder)]
 
 
+def test_the_summary_reads_the_measured_ceilings_where_make_ceiling_left_them(tmp_path):
+    results = tmp_path / "results"
+    assert "--ceiling" not in dry_run("--results", results, *MINE).last
+    (results / "ceiling").mkdir(parents=True)
+    assert dry_run("--results", results, *MINE).last[-2:] == ["--ceiling", f"{results}/ceiling"]
+
+
 def test_dry_run_words_keep_their_spaces_and_can_be_pasted(tmp_path):
     python = executable(tmp_path / "my python" / "python3", f'#!/bin/sh\nexec "{PY}" "$@"\n')
     d = dry_run("--results", tmp_path / "my results", "--", python, "my script.py", "a b", "")
