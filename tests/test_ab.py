@@ -185,3 +185,13 @@ def test_make_compare_writes_a_run_folder_of_its_own(tmp_path):
         in p.stdout
     )
     assert "--fail-above '5'" in p.stdout and "--any-device" in p.stdout
+
+
+def test_make_ab_passes_rev_or_base_script_and_the_gate_to_profile_sh():
+    p = run("make", "-n", "--no-print-directory", "ab", "REV=v1", "FAIL_ABOVE=1", "TRIALS=7")
+    assert (
+        "--trials '7'" in p.stdout and "--rev 'v1'" in p.stdout and "--fail-above '1'" in p.stdout
+    )
+    p = run("make", "-n", "--no-print-directory", "ab", "BASE_SCRIPT=-old.py", "ANY_DEVICE=1")
+    assert "--base-script './-old.py'" in p.stdout and "--any-device" in p.stdout
+    assert "--rev" not in p.stdout and "--trials" not in p.stdout  # 5, profile.sh's default
