@@ -88,8 +88,15 @@ compared() {  # runs $summarise; where it compared (0, or 3: a regression), late
   ((status != 0 && status != 3)) || linked
   exit "$status"
 }
+ours() {  # refuses a latest or previous not a link: links of its own are all it replaces
+  for link in "$runs/latest" "$runs/previous"; do
+    [[ -n $output || ! -e $link || -L $link ]] ||
+      die 2 "${link:0:200} is not a link: move it away (nothing is replaced)"
+  done
+}
 if ((${#compare[@]})); then  # a comparison of two runs, in a run folder of its own
   runs=$results/compare out=$results/compare/$stamp
+  ours
   { mkdir -p -- "$runs" && mkdir -- "$out"; } 2>/dev/null || die 2 "cannot make ${out:0:200}"
   comparison "${cmd[0]:-python3}" "${compare[@]}"
   compared
@@ -224,10 +231,7 @@ for var in CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
 done
 [[ $visible == 1 || ${cmd[0]##*/} != @(python*|torchrun) ]] ||
   die 2 "no GPU visible: Proton needs one (check the script alone with: make run)"
-for link in "$runs/latest" "$runs/previous"; do  # links of its own are all it replaces
-  [[ -n $output || ! -e $link || -L $link ]] ||
-    die 2 "${link:0:200} is not a link: move it away (nothing is replaced)"
-done
+ours
 # mkdir without -p makes the run's folder, --output's too: no other run has it.
 parent=$runs
 if [[ -n $output ]]; then parent=$(dirname -- "$out" && echo .) parent=${parent%$'\n.'}; fi

@@ -179,6 +179,10 @@ def test_make_compare_writes_a_run_folder_of_its_own(tmp_path):
     assert sorted(f.name for f in folder.iterdir()) == ["compare.json", "compare.md"]
     assert "not interleaved" in (folder / "compare.md").read_text().splitlines()[0]
     assert sorted(str(p) for p in tmp_path.rglob("*") if "out" not in p.parts) == before
+    os.remove(runs / "latest")
+    (runs / "latest").mkdir()  # the user's own: never replaced
+    p = run(PROFILE, "--results", tmp_path / "out", "--compare", now, base, "--", PY)
+    assert p.returncode == 2 and "is not a link" in p.stderr and len(list(runs.iterdir())) == 2
     p = run("make", "-n", "--no-print-directory", "compare", "FAIL_ABOVE=5", "ANY_DEVICE=1")
     assert (
         "--compare 'profiling_results/profile/latest' 'profiling_results/profile/previous'"
