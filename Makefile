@@ -75,7 +75,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 .PHONY: help setup run profile trace intra intra-trace view compare ab bench bench-report \
-  bench-parse test test-gpu lint clean docker-build docker-run docker-profile docker-test
+  ceiling bench-parse test test-gpu lint clean docker-build docker-run docker-profile docker-test
 
 help: ## list the targets and the variables
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(call q,$(HERE)/Makefile)
@@ -164,6 +164,9 @@ $(VENV)/.bench: bench/requirements.txt
 
 bench-report: setup ## redraw bench/results' tables, plots and docs/performance.md (MERGE)
 	$(PY) bench/report.py $(if $(MERGE),--merge $(call argv,$(MERGE)))
+
+ceiling: setup ## GPU only: copy and read GB/s from 1 MiB to 4 GiB: OUT/ceiling/<device>.json
+	$(PY) -m summary.ceiling --out $(call q,$(OUT))
 
 bench-parse: setup ## parse_hatchet.py's speed on large captures against json.load
 	$(PY) bench/parse_speed.py

@@ -43,7 +43,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
 @triton_op("triton_softmax::softmax", mutates_args=())
 def softmax_op(x: torch.Tensor) -> torch.Tensor:
     """The kernels launched through wrap_triton, so that a traced graph holds them."""
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if out.numel():
         kernels = fused if x.shape[-1] <= fused.MAX_FUSED_COLS else long_rows
         with fused.launching(x):
@@ -84,7 +84,7 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """dx for the gradient dy of y = softmax(x)."""
     if y.shape[-1] > fused.MAX_FUSED_COLS:  # rows no program holds: torch's backward
         return torch._softmax_backward_data(dy, y, -1, y.dtype)
-    dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
+    dx = torch.empty_like(y, memory_format=torch.contiguous_format)
     if dx.numel():
         y_rows, dy_rows = fused.as_rows(y), fused.as_rows(dy)
         n_rows, n_cols = map(int, y_rows.shape)

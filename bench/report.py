@@ -147,7 +147,9 @@ def section(results, json_path):
             for c, n in p.get("notes", {}).items()
         }
     )
-    hosts = [c for c in [*CANDIDATES, "kernel[grid]", "compiled[grid]"] if c in host]
+    hosts = [
+        c for c in [*CANDIDATES, "kernel[grid]", "compiled[grid]", "op", "empty op"] if c in host
+    ]
     host_row = " | ".join(f"{host[c]:.1f}" for c in hosts)
     vs_torch = results.get("host_vs_torch", {})
     host_rounds = results.get("host_rounds", results["rounds"])
@@ -316,8 +318,10 @@ def write_all(json_path):
 
 
 def whole_runs(folder=ROOT / "bench" / "results"):
-    """The JSONs of whole sweeps in folder; a subset's (sweep.py --points) names its points."""
-    return [p for p in sorted(folder.glob("*.json")) if "subset" not in json.loads(p.read_text())]
+    """The JSONs of whole sweeps in folder; a subset's (sweep.py --points) names its points,
+    and a ceiling's (python -m summary.ceiling) has none."""
+    runs = [(p, json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
+    return [p for p, r in runs if "points" in r and "subset" not in r]
 
 
 def merge(parts):

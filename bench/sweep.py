@@ -40,11 +40,12 @@ import softmax as sm  # noqa: E402 - first: it picks Triton's interpreter where 
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from torch.library import triton_op  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
 import long_rows  # noqa: E402
 import softmax_op  # noqa: E402
-from summary.captures import write_output  # noqa: E402
+from summary.files import write_output  # noqa: E402
 
 SHAPES = [(4096, c) for c in (256, 512, 1024, 2048, 4096, 8192, 16384)]
 SHAPES += [(65536, 2048), (1024, 65536), (512, 131072), (256, 262144), (64, 1048576)]
@@ -65,6 +66,8 @@ ROUNDS = 5
 HOST_ROUNDS = 15
 LOOP_CALLS = 200
 HOST_CALLS = 2000
+STEP_SOFTMAXES = 4
+STEP_CALLS = 500
 
 
 @triton.jit
@@ -217,15 +220,22 @@ def backward_point(dtype, rows, cols):
     }
 
 
+@triton_op("bench::empty", mutates_args=())
+def empty_op(x: torch.Tensor) -> torch.Tensor:
+    """A triton_op that launches nothing: what PyTorch's dispatch of such an op costs."""
+    return torch.empty_like(x)
+
+
 def host_candidates():
     """The calls host_costs times on a 4 x 64 input, where the GPU waits for the host: the
     peers, softmax.py's softmax(), and its launch alone: kernel[grid](...) into a new
     output (softmax() less its checks), and the kernel compiled once and launched as
-    compiled[grid](...), the least host cost a Triton launch can have; and the op, the
-    path torch.compile and autograd take."""
+    compiled[grid](...), the least host cost a Triton launch can have; the op, the path
+    torch.compile and autograd take, beside an op that launches nothing (empty op) and
+    the output's allocation alone (empty_like): the op's dispatch is empty op less that."""
     x = torch.randn(4, 64, device="cuda")
     fns, _ = candidates(x)
-    p = sm.plan(4, 64, x.device.index)
+    p = sm.plan(4, 64, x.device.index, x.element_size())
     args = dict(in_ptr=x, n_rows=4, n_cols=64, in_row_stride=64, in_col_stride=1)
     blocks = dict(BLOCK_M=p.block_m, BLOCK_N=p.block_n, num_warps=p.num_warps)
     launch = sm.softmax_kernel[p.grid]
@@ -235,7 +245,29 @@ def host_candidates():
     constexprs = (p.block_m, p.block_n)
     fns["compiled[grid]"] = lambda: compiled(torch.empty_like(x), *args.values(), *constexprs)
     fns["op"] = lambda: softmax_op.softmax_op(x)
+    fns["empty op"] = lambda: empty_op(x)
+    fns["empty_like"] = lambda: torch.empty_like(x)
     return fns
+
+
+def model_step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A small model's step, launch-bound: STEP_SOFTMAXES softmaxes, a product before each."""
+    for _ in range(STEP_SOFTMAXES):
+        x = softmax_op.softmax(x @ w)
+    return x
+
+
+def step_costs(n=HOST_ROUNDS, calls=STEP_CALLS):
+    """Loop time per step of model_step on 16 x 64 inputs, eager against compiled whole
+    by torch.compile(mode="reduce-overhead"), which replays the step as one CUDA graph;
+    medians of n interleaved rounds, with [min, max]."""
+    x, w = torch.randn(16, 64, device="cuda"), torch.randn(64, 64, device="cuda") / 8
+    compiled = torch.compile(model_step, mode="reduce-overhead", dynamic=False)
+    fns = {"eager": lambda: model_step(x, w), "compiled": lambda: compiled(x, w)}
+    for _ in range(3):  # reduce-overhead records its graph on the third call
+        err = (compiled(x, w) - model_step(x, w)).abs().max().item()
+    seen = rounds(fns, lambda fn: loop_us(fn, calls), n)
+    return dict(softmaxes=STEP_SOFTMAXES, max_abs_err=err, us=median(seen), us_spread=spread(seen))
 
 
 def host_costs(fns, n=HOST_ROUNDS, calls=HOST_CALLS, sync=torch.cuda.synchronize):
@@ -280,10 +312,7 @@ def profiling_cost(device_us, timed=wall_s, repeats=3):
     }
 
 
-def main():
-    if not torch.cuda.is_available():
-        print("sweep: error: no GPU visible; the benchmark times real kernels", file=sys.stderr)
-        return 2
+def arguments():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument(
@@ -294,31 +323,27 @@ def main():
     )
     parser.add_argument("--quack", action="store_true", help="QuACK as a peer, if importable")
     args = parser.parse_args()
-    points = args.points.split(",")
-    if not points or not set(points) <= set(POINTS):
+    args.points = args.points.split(",")
+    if not args.points or not set(args.points) <= set(POINTS):
         parser.error(f"--points: a comma-separated subset of {','.join(POINTS)}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    torch._dynamo.config.recompile_limit = 64  # one Inductor graph per shape and dtype
-    peers = [("quack", fn)] if args.quack and (fn := quack()) else []
+    return args
 
-    results = {
-        "device": torch.cuda.get_device_name(),
-        "l2_bytes": torch.cuda.get_device_properties(0).L2_cache_size,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "rounds": ROUNDS,
-        "loop_calls": LOOP_CALLS,
-        "host_calls": HOST_CALLS,
-        "points": [],
-    }
+
+def kernel_points(points, peers):
+    """The rows' and logits' points asked for, each printed as it comes."""
     todo = [(d, r, c, "rows") for d in DTYPES for r, c in SHAPES] if "rows" in points else []
     if "logits" in points:
         todo += [(d, m, v, "logits") for d in LOGIT_DTYPES for m, v in LOGITS]
+    measured = []
     for dtype, rows, cols, kind in todo:
-        p = point(dtype, rows, cols, peers, kind)
-        results["points"].append(p)
-        print(report.progress_line(p), flush=True)
+        measured.append(point(dtype, rows, cols, peers, kind))
+        print(report.progress_line(measured[-1]), flush=True)
         torch.cuda.empty_cache()
+    return measured
+
+
+def other_points(results, points):
+    """The backward, host and profiling points asked for, into results."""
     if "backward" in points:
         results["backward"] = [backward_point(*b) for b in BACKWARD]
         print(f"sweep: backward {json.dumps(results['backward'])}", flush=True)
@@ -328,15 +353,37 @@ def main():
         results["host_rounds"] = HOST_ROUNDS
         print(f"sweep: host us per call {json.dumps(results['host_us'])}", flush=True)
         print(f"sweep: host vs torch.softmax {json.dumps(results['host_vs_torch'])}", flush=True)
+        results["step"] = step_costs()
+        print(f"sweep: model step {json.dumps(results['step'])}", flush=True)
     if "profiling" in points:
         default = point(torch.float32, 4096, 1024)["device_us"]["softmax.py"]
         results["profiling"] = profiling_cost(default)
         print(f"sweep: profiling {json.dumps(results['profiling'])}", flush=True)
 
-    whole = set(points) == set(POINTS)
+
+def main():
+    if not torch.cuda.is_available():
+        print("sweep: error: no GPU visible; the benchmark times real kernels", file=sys.stderr)
+        return 2
+    args = arguments()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch._dynamo.config.recompile_limit = 64  # one Inductor graph per shape and dtype
+    peers = [("quack", fn)] if args.quack and (fn := quack()) else []
+    results = {
+        "device": torch.cuda.get_device_name(),
+        "l2_bytes": torch.cuda.get_device_properties(0).L2_cache_size,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "rounds": ROUNDS,
+        "loop_calls": LOOP_CALLS,
+        "host_calls": HOST_CALLS,
+        "points": kernel_points(args.points, peers),
+    }
+    other_points(results, args.points)
+    whole = set(args.points) == set(POINTS)
     if not whole:
-        results["subset"] = points
-    name = report.slug(results["device"]) + ("" if whole else "-" + "-".join(points))
+        results["subset"] = args.points
+    name = report.slug(results["device"]) + ("" if whole else "-" + "-".join(args.points))
     path = args.out / f"{name}.json"
     write_output(path, json.dumps(results, indent=1) + "\n")
     if whole:

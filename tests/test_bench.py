@@ -25,7 +25,8 @@ def test_results_hold_the_promised_keys(path):
     assert {"device", "torch", "triton", "points", "host_us", "host_vs_torch", "profiling"} <= set(
         r
     )
-    assert set(r["host_us"]) - {"kernel[grid]", "compiled[grid]", "op"} == CANDIDATES
+    launches = {"kernel[grid]", "compiled[grid]", "op", "empty op", "empty_like"}
+    assert set(r["host_us"]) - launches == CANDIDATES
     assert set(r["host_vs_torch"]) == set(r["host_us"]) and r["host_vs_torch"]["torch.softmax"] == 1
     assert {
         "run_wall_s",
@@ -191,3 +192,53 @@ def test_profiling_cost_reads_the_latest_run_s_summary(tmp_path):
     cost = sweep.profiling_cost(6.0, timed=timed, repeats=3)
     assert cost["profile_vs_run"] == 1.25 and cost["proton_kernel_us"] == 6.5
     assert cost["device_us"] == 6.0 and cost["run_wall_s_spread"] == [2.0, 2.0]
+
+
+# The measured ceiling (python -m summary.ceiling): its file's format, on CPU.
+
+CEILINGS = sorted((ROOT / "bench" / "results").glob("ceiling-*.json"))
+
+
+@pytest.mark.parametrize("path", CEILINGS, ids=lambda p: p.name)
+def test_a_recorded_ceiling_holds_each_size_s_rates(path):
+    r = json.loads(path.read_text())
+    assert set(r) == {"device", "arch", "sm_count", "l2_bytes", "triton", "torch", "sizes"}
+    assert isinstance(r["device"], str) and isinstance(r["arch"], str)  # as Proton names them
+    assert r["sm_count"] > 0 and r["l2_bytes"] > 0
+    sizes = [s["bytes"] for s in r["sizes"]]
+    assert sizes == [2**k for k in range(20, 20 + len(sizes))]  # 1 MiB up, none skipped
+    for s in r["sizes"]:
+        assert set(s) == {"bytes", "copy_gbps", "read_gbps"}
+        assert s["copy_gbps"] > 0 and s["read_gbps"] > 0
+
+
+def test_ceiling_writes_the_measurement_under_out(tmp_path, monkeypatch, capsys):
+    from summary import ceiling
+
+    recorded = json.loads(CEILINGS[0].read_text())
+    monkeypatch.setattr(ceiling.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ceiling, "measure", lambda: recorded)
+    assert ceiling.main(["--out", str(tmp_path)]) == 0
+    written = tmp_path / "ceiling" / f"{ceiling.slug(recorded['device'])}.json"
+    assert json.loads(written.read_text()) == recorded
+    assert [p.name for p in written.parent.iterdir()] == [written.name]  # no temporary left
+    assert f"wrote {written}" in capsys.readouterr().out
+
+
+def test_ceiling_without_a_gpu_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    from summary import ceiling
+
+    monkeypatch.setattr(ceiling.torch.cuda, "is_available", lambda: False)
+    assert ceiling.main(["--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1 and not (tmp_path / "ceiling").exists()
+
+
+def test_ceiling_names_a_folder_it_cannot_write(tmp_path, monkeypatch, capsys):
+    from summary import ceiling
+
+    recorded = json.loads(CEILINGS[0].read_text())
+    monkeypatch.setattr(ceiling.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ceiling, "measure", lambda: recorded)
+    (tmp_path / "ceiling").write_text("a file where the folder goes")
+    assert ceiling.main(["--out", str(tmp_path)]) == 2
+    assert "ceiling: error: cannot write" in capsys.readouterr().err

@@ -422,6 +422,25 @@ def test_a_partitioned_gpu_holds_rows_only_on_the_sms_it_may_use(monkeypatch, en
         assert p.lag == 100 + lr.LAG_PER_SM * max(1, usable)  # at least a row's tiles
 
 
+@pytest.mark.parametrize(
+    "rows, cols, itemsize, vectors, block_n",
+    [
+        (1, 151936, 2, True, 8192),  # a lone 16-bit row: 19 tiles of 16 KB, not 10 of 32
+        (8, 128256, 2, True, 8192),  # 128 tiles of 8192 columns fit 132 SMs
+        (16, 128256, 2, True, 16384),  # 256 would not: 32 KB tiles
+        (1, 151936, 4, True, 8192),  # float32 rows keep their 32 KB tiles
+        (1, 151936, 2, False, 8192),  # an element a register: 32 KB of registers
+    ],
+)
+def test_a_small_batch_of_16_bit_rows_takes_smaller_tiles(
+    monkeypatch, rows, cols, itemsize, vectors, block_n
+):
+    gpu(monkeypatch, sms=132)
+    p = lr.plan(rows, cols, itemsize, vectors, 0)
+    assert p.block_n == block_n and p.kernel is lr.softmax_long_rows_kernel
+    assert p.grid == (rows * -(-cols // block_n),) and p.num_warps == block_n // 2048
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["eager", "op"])
 def test_the_launch_on_a_gpu(monkeypatch, wrapped):
     # Held tiles get their layout (ALIGNED, PEELED with its lead and out's shift), TICKET
@@ -436,19 +455,19 @@ def test_the_launch_on_a_gpu(monkeypatch, wrapped):
     )
     monkeypatch.setattr(sm, "softmax_kernel", whole)
     wrap = (lambda kernel: kernel) if wrapped else None
-    x = randn(2, 2 * 16384, torch.float16)
+    x = randn(40, 2 * 16384, torch.float16)  # 80 tiles of 16384: 160 of 8192 pass 132 SMs
     lr.launch(x, torch.empty_like(x), wrap)
     ((grid, args),) = held_.launches
-    assert grid == (4,) and args["in_ptr"] is x and args["n_tiles"] == 2
+    assert grid == (80,) and args["in_ptr"] is x and args["n_tiles"] == 2
     assert args["BLOCK_N"] == 16384 and args["num_warps"] == 8
     assert args["ALIGNED"] and not args["PEELED"] and not args["TICKET"]
-    assert args["slot_ptr"].shape == (16 + 2 * 16,) and not args["slot_ptr"].any()
+    assert args["slot_ptr"].shape == (16 + 40 * 16,) and not args["slot_ptr"].any()
     assert args.get("maxnreg") == (None if wrapped else lr.HALF_TILE_REGS)
     assert "lag" not in args and lagged.launches == [] and whole.launches == []
-    x = randn(2, 50257, torch.bfloat16)  # peeled: 16-byte loads, tiles of 16384 columns
+    x = randn(2, 50257, torch.bfloat16)  # peeled: 16-byte loads, a small batch's tiles
     lr.launch(x, torch.empty_like(x), wrap)
     grid, args = held_.launches[-1]
-    assert grid == (8,) and args["n_tiles"] == 4 and args["BLOCK_N"] == 16384
+    assert grid == (14,) and args["n_tiles"] == 7 and args["BLOCK_N"] == 8192
     assert args["ALIGNED"] and args["PEELED"] and args["lead"] == 0
     assert args["out_row_shift"] == 0  # out's rows as in's: stored 16 bytes at a time too
     assert args.get("maxnreg") == (None if wrapped else lr.HALF_TILE_REGS)

@@ -170,18 +170,19 @@ def fresh_plans():
 
 
 @pytest.mark.parametrize(
-    "rows, cols, sms, warp_size, planned",
+    "rows, cols, size, sms, warp_size, planned",
     [
-        (4096, 256, 132, 32, (4, 256, 2, (1024,))),  # short rows share a program
-        (4096, 1024, 132, 32, (1, 1024, 2, (4096,))),
-        (4096, 16384, 132, 32, (1, 16384, 16, (4096,))),  # at most 16 warps
-        (64, 256, 132, 32, (1, 256, 1, (64,))),  # two programs an SM come first
-        (4096, 256, 304, 64, (4, 256, 1, (1024,))),  # an MI300X: 304 CUs of 64 lanes
+        (4096, 256, 2, 132, 32, (4, 256, 2, (1024,))),  # short rows share a program
+        (4096, 1024, 2, 132, 32, (1, 1024, 2, (4096,))),  # 16 half elements a thread
+        (4096, 1024, 4, 132, 32, (1, 1024, 4, (4096,))),  # 8 float32 elements a thread
+        (4096, 16384, 2, 132, 32, (1, 16384, 16, (4096,))),  # at most 16 warps
+        (64, 256, 2, 132, 32, (1, 256, 1, (64,))),  # two programs an SM come first
+        (4096, 256, 2, 304, 64, (4, 256, 1, (1024,))),  # an MI300X: 304 CUs of 64 lanes
     ],
 )
-def test_the_plan_on_a_gpu(monkeypatch, rows, cols, sms, warp_size, planned):
+def test_the_plan_on_a_gpu(monkeypatch, rows, cols, size, sms, warp_size, planned):
     gpu(monkeypatch, sms, warp_size)
-    assert tuple(sm.plan(rows, cols, 0)) == planned
+    assert tuple(sm.plan(rows, cols, 0, size)) == planned
 
 
 def test_the_interpreter_gets_few_large_programs():
@@ -194,7 +195,7 @@ def test_the_launch_passes_the_plan_and_the_rows_strides(monkeypatch):
     monkeypatch.setattr(sm, "softmax_kernel", recorder)
     gpu(monkeypatch, sms=132)
     planned = sm.plan.__wrapped__  # for device 0, whatever the tensor's
-    monkeypatch.setattr(sm, "plan", lambda rows, cols, device: planned(rows, cols, 0))
+    monkeypatch.setattr(sm, "plan", lambda rows, cols, device, size: planned(rows, cols, 0, size))
     x = randn(4096, 600)[:, :500]  # a row stride of 600
     out = torch.empty(4096, 500, device=sm.DEVICE)
     sm.launch(x, out)
@@ -207,7 +208,7 @@ def test_the_launch_passes_the_plan_and_the_rows_strides(monkeypatch):
         in_col_stride=1,
         BLOCK_M=2,
         BLOCK_N=512,
-        num_warps=2,
+        num_warps=4,  # 8 float32 elements a thread
     )
 
 
@@ -373,7 +374,7 @@ def check_capture(p, run_folder, hook):
         assert 0.05 < top["pct_of_peak_bw"] < 2
     sites = ours(summary)
     assert sorted(k["launches"] for s in sites for k in s["kernels"]) == [1, 20]
-    assert all(s["callsite"].endswith(" launch") for s in sites)  # the launch's line
+    assert all(s["callsite"].endswith(" softmax") for s in sites)  # softmax()'s launch line
     torch_site = [
         s
         for s in summary["proton_callsites"]
