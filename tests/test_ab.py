@@ -8,13 +8,25 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 
 from conftest import ROOT, run
-from test_profile import FAKE, PY, TREE, defaults, environment, recipe, wait_for
+
+FAKE = ROOT / "tests" / "payloads" / "fake_proton.py"  # writes a given capture as Proton would
+PY = sys.executable
+TREE = ROOT / "tests" / "fixtures" / "amd-gfx950-vecadd-shadow.hatchet"  # add_kernel on top
 
 PROFILE = ROOT / "profile.sh"
 GPU = {"PROFILE_ASSUME_GPU": "1"}  # the fake Proton needs none
 SLOWER = "add_kernel"  # the capture's largest kernel, 2x in the working tree's capture
+
+
+def helpers():
+    """test_profile's helpers, imported as a test runs: imported while the tests are
+    collected, Triton would come before the example's tests choose its interpreter."""
+    import test_profile
+
+    return test_profile
 
 
 def checkout(tmp_path):
@@ -53,8 +65,8 @@ def doubled(node):
 
 def ab(tmp_path, *options, script="mine.py", cwd=None):
     """profile.sh's A/B run of script in env mode, from the checkout."""
-    args = ["--recipe", recipe(tmp_path, proton="{mode: env}"), *options]
-    env = environment(GPU)
+    args = ["--recipe", helpers().recipe(tmp_path, proton="{mode: env}"), *options]
+    env = helpers().environment(GPU)
     env = {k: v for k, v in env.items() if v is not None}
     return run(PROFILE, *args, "--", PY, script, env=env, cwd=cwd or tmp_path / "repo")
 
@@ -132,18 +144,27 @@ def test_an_interrupted_make_ab_writes_no_compare_and_keeps_latest(tmp_path):
     runs = repo / "profiling_results" / "ab"
     latest = os.readlink(runs / "latest")
     started = tmp_path / "started"
-    args = ["--recipe", recipe(tmp_path, proton="{mode: env}"), "--rev", "HEAD", "--trials", "2"]
+    args = [
+        "--recipe",
+        helpers().recipe(tmp_path, proton="{mode: env}"),
+        "--rev",
+        "HEAD",
+        "--trials",
+        "2",
+    ]
     p = subprocess.Popen(
         [PROFILE, *args, "--", PY, "mine.py", "wait", started, "60"],
         cwd=repo,
-        env={k: v for k, v in {**os.environ, **environment(GPU)}.items() if v is not None},
-        preexec_fn=defaults,
+        env={
+            k: v for k, v in {**os.environ, **helpers().environment(GPU)}.items() if v is not None
+        },
+        preexec_fn=helpers().defaults,
         start_new_session=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     try:
-        wait_for(started)
+        helpers().wait_for(started)
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=60) == 130
     finally:
