@@ -166,7 +166,7 @@ bench-report: setup ## redraw bench/results' tables, plots and docs/performance.
 	$(PY) bench/report.py $(if $(MERGE),--merge $(call argv,$(MERGE)))
 
 ceiling: setup ## GPU only: copy and read GB/s from 1 MiB to 4 GiB: OUT/ceiling/<device>.json
-	$(PY) -m summary.ceiling --out $(call q,$(OUT))
+	$(PY) $(call q,$(HERE)/bench/ceiling.py) --out $(call q,$(OUT))
 
 bench-parse: setup ## parse_hatchet.py's speed on large captures against json.load
 	$(PY) bench/parse_speed.py

@@ -319,7 +319,7 @@ def write_all(json_path):
 
 def whole_runs(folder=ROOT / "bench" / "results"):
     """The JSONs of whole sweeps in folder; a subset's (sweep.py --points) names its points,
-    and a ceiling's (python -m summary.ceiling) has none."""
+    and a ceiling's (bench/ceiling.py) has none."""
     runs = [(p, json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
     return [p for p, r in runs if "points" in r and "subset" not in r]
 

@@ -23,8 +23,7 @@ from summary.run import epoch_ns, printable
 CAPTURE = re.compile(r"(.+?)(\.part_\d+)?\.(hatchet|hatchet_msgpack|chrome_trace)(\.gz)?", re.S)
 TRIAL = re.compile(r"trial(\d+)")
 DEEP = 10**6  # levels of the pure-Python decoder, for trees too deep for the C ones
-PROVENANCE = ["triton", "torch", "device", "backend_asked", "backend_used", "mode_asked"]
-PROVENANCE += ["mode_used", "run_id"]
+PROVENANCE = "triton torch device backend_asked backend_used mode_asked mode_used run_id".split()
 
 
 class Refused(Exception):
@@ -39,9 +38,6 @@ def shown(path: object) -> str:
     return printable(str(path)[:200])
 
 
-# --- Finding captures -----------------------------------------------------------------
-
-
 @dataclass
 class Found:
     """What the paths given hold, each file once: the captures, in sorted order; what was
@@ -54,6 +50,9 @@ class Found:
     provenance: list = field(default_factory=list)
     trials: list = field(default_factory=list)  # (folder, [captures])
     seen: dict = field(default_factory=dict)  # real path -> the path it was first found by
+
+    def skip(self, path: object, why: str, **same_as: str) -> None:
+        self.skipped.append({"file": str(path), "why": why, **same_as})
 
 
 def find(paths: list[str]) -> Found:
@@ -72,8 +71,7 @@ def find(paths: list[str]) -> Found:
     for path in [p for p in found.files if str(p).endswith(".gz")]:
         if (capture := os.path.realpath(path)[:-3]) in real:  # `gzip -k` left both
             found.files.remove(path)
-            copy = {"why": "a gzip copy of a capture read", "same_as": capture}
-            found.skipped.append({"file": str(path), **copy})
+            found.skip(path, "a gzip copy of a capture read", same_as=capture)
     if found.trials and len(found.files) != sum(len(files) for _, files in found.trials):
         raise Refused("a run of trials (trial<K> folders) is read alone, with no other captures")
     found.provenance = [p for p in found.provenance if p.is_file()]
@@ -108,9 +106,7 @@ def listed(found: Found, folder: Path, top: bool) -> list:
     except OSError as e:
         if top:
             raise Refused(f"{shown(folder)}: {why(e)}") from None
-        found.skipped.append(
-            {"file": str(folder), "why": f"a folder that cannot be listed: {why(e)}"}
-        )
+        found.skip(folder, f"a folder that cannot be listed: {why(e)}")
         return []
 
 
@@ -119,7 +115,7 @@ def visit(found: Found, entry: os.DirEntry) -> bool:
     try:
         folder = entry.is_dir()
     except OSError as e:  # a link in a loop, or to where this user may not look
-        found.skipped.append({"file": entry.path, "why": why(e)})
+        found.skip(entry.path, why(e))
         return False
     if folder:
         search(found, Path(entry.path))
@@ -135,12 +131,10 @@ def add(found: Found, path: Path, named: bool = True) -> bool:
     if not path.is_file():  # a pipe or a device would block a reader; a broken link
         if named:
             raise Refused(f"{shown(path)}: not a regular file")
-        found.skipped.append({"file": str(path), "why": "not a regular file"})
+        found.skip(path, "not a regular file")
         return False
     if same := found.seen.get(real := os.path.realpath(path)):
-        found.skipped.append(
-            {"file": str(path), "why": f"the same file as {same}", "same_as": str(same)}
-        )
+        found.skip(path, f"the same file as {same}", same_as=str(same))
         return False
     found.seen[real] = path
     found.files.append(path)
@@ -157,15 +151,11 @@ def rank_of(path: Path) -> int | None:
     return int(found[1]) if found else None
 
 
-# --- Reading --------------------------------------------------------------------------
-
-
 def load(path: Path) -> object:
     """A decoded capture; ValueError says why not."""
     try:
-        data = (
-            gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
-        )
+        data = path.read_bytes()
+        data = gzip.decompress(data) if path.name.endswith(".gz") else data
     except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
         raise ValueError(getattr(e, "strerror", None) or str(e) or type(e).__name__) from None
     if path.name.removesuffix(".gz").endswith("msgpack"):
@@ -222,8 +212,7 @@ def joined(docs: list) -> dict:
 
 
 def records(found: Found, unread: list) -> dict:
-    """What made the run: each provenance.json found, by its folder, its keys picked;
-    one that cannot be read is named in unread."""
+    """Each provenance.json found, by its folder, its keys picked; one unread named in unread."""
     out = {}
     for path in found.provenance:
         try:
@@ -235,12 +224,8 @@ def records(found: Found, unread: list) -> dict:
 
 
 def record_of(path: Path, records: dict) -> dict | None:
-    """The provenance of the run that wrote the capture at path: the record in its folder
-    or the nearest folder above it."""
+    """The provenance of path's run: the record in its folder or the nearest one above."""
     return next((records[f] for f in [path.parent, *path.parents] if f in records), None)
-
-
-# --- Writing --------------------------------------------------------------------------
 
 
 def write_output(path: str | Path, data: bytes | str, inputs: set = frozenset()) -> None:
@@ -263,8 +248,7 @@ def write_output(path: str | Path, data: bytes | str, inputs: set = frozenset())
 
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:32]}.")
     try:
-        umask = os.umask(0)
-        os.umask(umask)
+        os.umask(umask := os.umask(0))  # the only way to read it
         os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -16,6 +16,7 @@ Times and launches (`count`) add up by kernel name, across call paths and files.
 
 import functools
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from importlib.util import find_spec
@@ -50,8 +51,7 @@ def number(value: object) -> float | None:
 
 
 def printable(text: str) -> str:
-    """text with control characters as escapes: a kernel's name must not move a terminal's
-    cursor or begin a line of output of its own."""
+    """text with control characters escaped, so that no name can move a terminal's cursor."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
@@ -60,29 +60,24 @@ def printable(text: str) -> str:
 def five_keys(kernels: dict) -> dict:
     """aorta's keys but the folder, from each kernel's summed ms and launches."""
     ranked = sorted(kernels.items(), key=lambda item: item[1].ms, reverse=True)  # stable
-    keys = {}
-    if all(k.launches is not None for k in kernels.values()):
-        keys["proton_kernel_count"] = sum(k.launches for k in kernels.values())
+    counts = [k.launches for k in kernels.values()]
+    keys = {} if None in counts else {"proton_kernel_count": sum(counts)}
     keys["proton_gpu_time_ms"] = sum(k.ms for k in kernels.values())
     keys["proton_top_kernel_ms"] = ranked[0][1].ms
     keys["proton_top_kernels"] = [name for name, _ in ranked[:TOP_N]]
     return keys
 
 
-# --- Kernels and call sites ------------------------------------------------------------
-
-
 @functools.cache
 def layout(keys: tuple) -> tuple[list, list, list]:
-    """Of a node's metric names, in order: the times aorta reads and the CPU times of
-    proton.cpu_timed_scope, each with its factor to ms, and the launch hook's metrics
-    (cached: nodes share a few names)."""
+    """A node's times aorta reads and proton.cpu_timed_scope's CPU times, each (name, factor
+    to ms), and its launch hook metrics; cached, as nodes share a few sets of names."""
     times, cpu = [], []
     for key in filter(lambda key: type(key) is str, keys):  # MessagePack allows others
         head, _, unit = key.partition("(")  # "time (ns) (exc)": a unit of "ns) (exc"
-        factor = TIME_UNIT_MS.get(unit.rstrip(")").strip().lower())
-        if factor and head.strip().lower() in ("time", "cpu_time"):
-            (times if head.strip().lower() == "time" else cpu).append((key, factor))
+        head, factor = head.strip().lower(), TIME_UNIT_MS.get(unit.rstrip(")").strip().lower())
+        if factor and head in ("time", "cpu_time"):
+            (times if head == "time" else cpu).append((key, factor))
     return times, cpu, [key for key in keys if key in ROOFLINE]
 
 
@@ -127,18 +122,19 @@ class Capture:
         self.sites.setdefault((chain, name), Kernel()).add(ms, launches)
         return self.kernels.setdefault(name, Kernel()).add(ms, launches)
 
-    def leaf(self, name: str, metrics: dict, times: list, chain: int) -> Kernel | None:
+    def leaf(self, name: str, metrics: dict, ms: float | None, chain: int) -> Kernel | None:
         """Adds a leaf's launches, if it is a kernel: a usable time, a name, not ROOT."""
         if not (name := name.strip()) or name == "ROOT":
             return None
-        if (ms := first_ms(metrics, times) if times else None) is None:
+        times, cpu, roofline = layout(tuple(metrics))
+        if ms is None:
             self.unusable += bool(times)
-            if not times and not layout(tuple(metrics))[1]:
+            if not (times or cpu):
                 self.untimed.update(set(metrics) - {"count"})
             return None
         count = number(metrics.get("count"))
         kernel = self.launched(name, chain, ms, None if count is None else int(count))
-        for key in layout(tuple(metrics))[2]:  # bytes and flops of Proton's launch hook
+        for key in roofline:  # bytes and flops of Proton's launch hook
             if value := number(metrics[key]):
                 if key == "bytes":
                     kernel.bytes += value
@@ -147,12 +143,6 @@ class Capture:
                 device = (str(metrics.get("device_type")), str(metrics.get("device_id")))
                 kernel.devices.add(device)
         return kernel
-
-
-def node_parts(node: dict) -> tuple[str, dict]:
-    frame, metrics = node.get("frame"), node.get("metrics")
-    name = frame.get("name", "") if type(frame) is dict else ""
-    return str(name), metrics if type(metrics) is dict else {}
 
 
 def walk_tree(roots: list, capture: Capture) -> None:
@@ -164,52 +154,51 @@ def walk_tree(roots: list, capture: Capture) -> None:
     while stack:
         children, chain, kernel, cpu = stack[-1]
         for node in filter(lambda node: type(node) is dict, children):
-            name, metrics = node_parts(node)
+            name, metrics = str(node.get("frame", {}).get("name", "")), node.get("metrics", {})
             if kernel is not None and "cycles" in metrics:
                 sums = capture.scopes.setdefault((kernel, name), [0.0, 0.0])
                 sums[0] += number(metrics["cycles"]) or 0.0
                 sums[1] += number(metrics.get("normalized_cycles")) or 0.0
             times, cpu_times, _ = layout(tuple(metrics))
-            below, inside = node.get("children"), cpu
-            timed = first_ms(metrics, times) is not None
-            if cpu_times and name != "ROOT" and (below or not timed):  # a CPU-timed scope
-                if (ms := first_ms(metrics, cpu_times)) is not None:
+            below, inside, ms = node.get("children"), cpu, first_ms(metrics, times)
+            if cpu_times and name != "ROOT" and (below or ms is None):  # a CPU-timed scope
+                if (cpu_ms := first_ms(metrics, cpu_times)) is not None:
                     inside = capture.cpu.setdefault(name, [0.0, 0.0])
-                    inside[0] += ms
+                    inside[0] += cpu_ms
             if below and type(below) is list:  # walked, as aorta walks it
                 inner, is_frame = capture.chains.step(chain, name)
                 is_frame |= name == "ROOT" or "cycles" in metrics
                 stack.append((iter(below), inner, kernel if is_frame else name, inside))
                 break  # into the children: these siblings resume after them
-            if capture.leaf(name, metrics, times, chain) and cpu is not None:
-                cpu[1] += first_ms(metrics, times)
+            if capture.leaf(name, metrics, ms, chain) and cpu is not None:
+                cpu[1] += ms
         else:
             stack.pop()
 
 
-def walk_trace(events: list, capture: Capture) -> list:
+def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
     """Adds a trace's kernel events, each a launch of one, and returns them as (start us,
-    end us, chain, name); the instrumentation backend's events (whose clock gives its
-    frequency) are scopes, left to the views."""
-    launches, by_stack = [], {}  # by_stack: a call stack met again is looked up
+    end us, chain, name); and apart, the instrumentation backend's events (their clock's
+    frequency given), scopes left to the views."""
+    launches, scoped, by_stack = [], [], {}  # by_stack: a call stack met again is looked up
     for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X" or not isinstance(e.get("name"), str):
+        args = e.get("args", {})
+        if "Frequency (MHz)" in args:
+            scoped.append(e)
             continue
-        ts, dur, name = e.get("ts"), number(e.get("dur")), e["name"].strip()
-        args = e["args"] if isinstance(e.get("args"), dict) else {}
-        if type(ts) not in (int, float) or dur is None or not name or "Frequency (MHz)" in args:
+        ts, dur, name = e.get("ts"), number(e.get("dur")), e.get("name")
+        name = name.strip() if e.get("ph") == "X" and isinstance(name, str) else ""
+        if type(ts) not in (int, float) or dur is None or not name:
             continue
-        ts = float(ts)
-        stack = args.get("call_stack")  # the frames, then the kernel
-        stack = tuple(map(str, stack[:-1])) if isinstance(stack, list) else ()
+        stack = tuple(args.get("call_stack", [])[:-1])  # the frames, then the kernel
         if (chain := by_stack.get(stack)) is None:
             chain = 0
             for frame in stack:
                 chain = capture.chains.step(chain, frame)[0]
             by_stack[stack] = chain
         capture.launched(name, chain, dur / 1e3, 1).durations.append(dur)
-        launches.append((ts, ts + dur, chain, name))
-    return launches
+        launches.append((float(ts), ts + dur, chain, name))
+    return launches, scoped
 
 
 @functools.cache
@@ -259,9 +248,8 @@ class Chains:
         return found, True
 
     def texts(self, chains: list, names: dict) -> dict:
-        """Each of chains as "file:line function > ...", outermost first: a chain's text is
-        its parent's and its last link's, each worked out once; a chain deeper than
-        MAX_FRAMES shows its innermost MAX_FRAMES below a count of the rest."""
+        """Each of chains as "file:line function > ...", outermost first, each link's text
+        worked out once; past MAX_FRAMES, the innermost below a count of the rest."""
         shown, out = {0: ""}, {}
         for chain in chains:
             if self.depths[chain] > MAX_FRAMES:
@@ -303,24 +291,16 @@ def short_names(files: set) -> dict:
     """Each file's shortest trailing part of its path that no other file shares. Sorted by
     reversed path, a path shares the most with a neighbour: one sort and one pass."""
     ordered = sorted((file.split("/")[::-1], file) for file in files)
-
-    def shared(a: list, b: list) -> int:  # trailing components two paths have in common
-        pairs = enumerate(zip(a, b, strict=False))
-        return next((n for n, (x, y) in pairs if x != y), min(len(a), len(b)))
-
     names = {}
     for i, (parts, file) in enumerate(ordered):
         near = [ordered[j][0] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
-        names[file] = "/".join(parts[: 1 + max((shared(parts, o) for o in near), default=0)][::-1])
+        shared = max((len(os.path.commonprefix([parts, o])) for o in near), default=0)
+        names[file] = "/".join(parts[: 1 + shared][::-1])
     return names
 
 
-# --- Devices ---------------------------------------------------------------------------
-
-
 def peak_bandwidth(type_: str, info: dict) -> float | None:
-    """A device's nominal peak memory bandwidth, GB/s, by the installed Proton's own specs
-    (triton.profiler.specs.max_bps, as proton-viewer computes it), where they know it."""
+    """A device's nominal peak memory bandwidth, GB/s, by Proton's specs as proton-viewer."""
     try:
         from triton.profiler.specs import max_bps
 
@@ -351,20 +331,10 @@ def devices(records: list) -> dict:
     return out
 
 
-# --- A run -----------------------------------------------------------------------------
-
-
 def epoch_ns(trace: dict) -> int | None:
     """Where a trace's clock starts, ns since the epoch, where it says."""
     base = trace.get("baseTimeNanoseconds")
     return base if type(base) is int else None
-
-
-def scope_args(event: object) -> dict:
-    """An event's args, where it is one of the instrumentation backend's (its clock's
-    frequency given), else {}."""
-    args = event.get("args") if isinstance(event, dict) else None
-    return args if isinstance(args, dict) else {}
 
 
 @dataclass
@@ -383,10 +353,10 @@ class Run:
         """Adds a decoded capture (a tree or a trace); ValueError where it is neither."""
         ms, launches = self.totals()
         if isinstance(data, dict) and isinstance(data.get("traceEvents"), list):
-            events = data["traceEvents"]
-            self.traced.append((path, walk_trace(events, self.capture), epoch_ns(data)))
-            self.scoped += [e for e in events if "Frequency (MHz)" in scope_args(e)]
-            self.events += len(events)
+            kernels, scoped = walk_trace(data["traceEvents"], self.capture)
+            self.traced.append((path, kernels, epoch_ns(data)))
+            self.scoped += scoped
+            self.events += len(data["traceEvents"])
         else:
             roots = data if isinstance(data, list) else [data]
             if not any(isinstance(r, dict) and "frame" in r for r in roots):
@@ -405,8 +375,7 @@ class Run:
 
     @property
     def viewed(self) -> bool:
-        """Whether the run holds more than kernels and call sites: rates, traces, ranks,
-        scopes."""
+        """Whether the run holds more than kernels and call sites: rates, traces, ranks, scopes."""
         c, ranked = self.capture, any(rank is not None for rank, *_ in self.per_file)
         rates = any(k.bytes or k.flops for k in c.kernels.values())
         return bool(rates or ranked or self.traced or self.scoped or c.scopes or c.cpu)

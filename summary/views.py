@@ -6,6 +6,7 @@ a list of lines, escaped by its caller."""
 
 import math
 from collections import Counter
+from statistics import median, quantiles
 
 from summary.run import Capture, Kernel, Run, frame_text, number, printable, short_names
 
@@ -13,17 +14,13 @@ LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host'
 PLAIN_FLOPS_WIDTH = 32  # `flops` without a width are weighed against the 32-bit peak
 
 
-def quantile(ordered: list, q: float) -> float:
-    """The q-quantile of sorted values, by linear interpolation between the closest ranks
-    (numpy's default; Hyndman and Fan's definition 7)."""
-    at = (len(ordered) - 1) * q
-    low = math.floor(at)
-    return ordered[low] + (at - low) * (ordered[min(low + 1, len(ordered) - 1)] - ordered[low])
+def p90(values: list) -> float:
+    """The 90th percentile, linear between closest ranks (Hyndman and Fan's 7, numpy's)."""
+    return quantiles(values, n=10, method="inclusive")[-1] if values[1:] else values[0]
 
 
 def of(run: Run, sites: dict) -> dict:
-    """What run holds beyond its kernels and call sites (sites: chain -> its call site's
-    row): timelines, ranks, scopes."""
+    """Timelines, ranks and scopes of run (sites: chain -> its call site's row)."""
     out = {}
     if run.traced and run.capture.kernels:
         out["proton_timeline"] = timelines(run, sites)
@@ -64,9 +61,8 @@ def rates(k: Kernel, devices: dict, ceilings: list) -> dict:
         if all(peaks.values()):  # as proton-viewer's util: each width's share of the time
             row["pct_of_peak_flops"] = sum(k.flops[key] / peaks[key] for key in peaks) / seconds
     if k.durations:
-        spread = sorted(k.durations)
-        row.update(min_us=spread[0], median_us=quantile(spread, 0.5))
-        row.update(p90_us=quantile(spread, 0.9), max_us=spread[-1])
+        row.update(min_us=min(k.durations), median_us=median(k.durations))
+        row.update(p90_us=p90(k.durations), max_us=max(k.durations))
     return row
 
 
@@ -84,21 +80,14 @@ def against_ceiling(rate: float, launch_bytes: float, device: dict | None, ceili
 
 
 def peak_flops(device: dict | None, key: str) -> float | None:
-    """A device's nominal peak FLOP/s for flops of a width (flops16: 16 bits), as
-    proton-viewer takes it from Proton's specs, where they know the device."""
+    """A device's nominal peak FLOP/s at a width (flops16: 16 bits), by Proton's specs."""
     try:
         from triton.profiler.specs import max_flops
 
-        width = int(key[5:] or PLAIN_FLOPS_WIDTH)
-        clock_khz = device["clock_mhz"] * 1e3
-        return number(
-            max_flops(device["type"], device["arch"], width, device["sm_count"], clock_khz)
-        )
+        width, khz = int(key[5:] or PLAIN_FLOPS_WIDTH), device["clock_mhz"] * 1e3
+        return number(max_flops(device["type"], device["arch"], width, device["sm_count"], khz))
     except Exception:  # no device, a width or device the specs do not know, no Triton
         return None
-
-
-# --- Timeline (traces) ----------------------------------------------------------------
 
 
 def timelines(run: Run, sites: dict) -> list:
@@ -109,11 +98,8 @@ def timelines(run: Run, sites: dict) -> list:
         by_process.setdefault((path.parent, name), [path, []])[1].extend(launches)
     out, rank_of = [], {path: rank for rank, path, *_ in run.per_file}
     for path, launches in by_process.values():
-        rank = rank_of[path]
-        out += [
-            entry if rank is None else {"rank": rank, **entry}
-            for entry in timeline(launches, sites)
-        ]
+        rank = {} if rank_of[path] is None else {"rank": rank_of[path]}
+        out += [{**rank, **entry} for entry in timeline(launches, sites)]
     return out
 
 
@@ -136,10 +122,10 @@ def timeline(launches: list, sites: dict) -> list:
     for chain, at in by_site.items():
         last = max(at, key=lambda i: launches[i][1])
         span = launches[last][1] - launches[at[0]][0]
-        idle = sorted(  # between one launch's end and the next's start, when no kernel ran
+        idle = [  # between one launch's end and the next's start, when no kernel ran
             max(0.0, launches[b][0] - launches[a][1] - (marks[b][0] - marks[a][1]))
             for a, b in zip(at, at[1:], strict=False)
-        )
+        ]
         counts = Counter(launches[i][3] for i in at)
         site = sites.get(chain, {"callsite": "", "source": None})
         entries.append(
@@ -150,7 +136,7 @@ def timeline(launches: list, sites: dict) -> list:
                 "kernel_ms": sum(launches[i][1] - launches[i][0] for i in at) / 1e3,
                 "span_ms": span / 1e3,
                 "busy": (marks[last][1] - marks[at[0]][0]) / span if span > 0 else 1.0,
-                "median_idle_us": quantile(idle, 0.5) if idle else None,
+                "median_idle_us": median(idle) if idle else None,
                 "fewest_launches_of_a_kernel": min(counts.values()),
             }
         )
@@ -172,9 +158,10 @@ def timeline_table(summary: dict, top: int) -> list:
     for e in summary["proton_timeline"][:top]:
         idle = "" if e["median_idle_us"] is None else f"{e['median_idle_us']:.1f}"
         rank = f"{e.get('rank', ''):>4}  " if ranked else ""
+        site = e["callsite"] + (f"  {e['source']}" if e["source"] else "")
         lines.append(
             f"{e['kernel_ms']:10.4f} {e['span_ms']:9.4f} {e['busy']:5.0%} "
-            f"{e['launches']:>8} {idle:>8}  {rank}{labelled(e)}"
+            f"{e['launches']:>8} {idle:>8}  {rank}{site or '(no frame of yours)'}"
         )
     for e in summary["proton_timeline"]:
         idle = e["median_idle_us"]
@@ -187,14 +174,6 @@ def timeline_table(summary: dict, top: int) -> list:
                 " us of kernel each: the host's launch cost bounds it, not the kernel."
             )
     return lines
-
-
-def labelled(site: dict) -> str:
-    source = f"  {site['source']}" if site.get("source") else ""
-    return site["callsite"] + source or "(no frame of yours)"
-
-
-# --- Ranks ----------------------------------------------------------------------------
 
 
 def ranks(per_file: list, run: Run) -> dict:
@@ -247,8 +226,7 @@ def ranks_table(summary: dict, top: int) -> list:
             at = f" {first / 1e6:9.3f} {last / 1e6:9.3f}"
         files = ", ".join(f.rsplit("/", 1)[-1] for f in r["files"])
         lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}{at}  {files}")
-    if summary["proton_rank_imbalance"] is not None:
-        imbalance = summary["proton_rank_imbalance"]
+    if (imbalance := summary["proton_rank_imbalance"]) is not None:
         lines.append(f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}")
     if skew:
         lines.append(
@@ -261,9 +239,6 @@ def ranks_table(summary: dict, top: int) -> list:
             "no start skew"
         )
     return lines
-
-
-# --- Scopes (the instrumentation backend) ---------------------------------------------
 
 
 def tree_scopes(scopes: dict) -> list:
@@ -313,8 +288,8 @@ def trace_scopes(events: list) -> tuple[list, list]:
             "scope": scope,
             "events": len(cycles),
             "cycles": sum(cycles),
-            "median_cycles": quantile(sorted(cycles), 0.5),
-            "p90_cycles": quantile(sorted(cycles), 0.9),
+            "median_cycles": median(cycles),
+            "p90_cycles": p90(cycles),
             "share": sum(cycles) / per_kernel[kernel] if per_kernel[kernel] else 0.0,
         }
         for (kernel, scope), cycles in by_scope.items()
@@ -330,15 +305,15 @@ def sm_spread(kernel: str, sms: dict, launches: int) -> dict:
     for pairs, _ in sms.values():
         counted.update(pairs)
     pair = max(counted, key=counted.get)
-    ctas = sorted(pairs[pair] / launches for pairs, _ in sms.values())
-    cycles = sorted(t for _, t in sms.values())
-    middle = quantile(cycles, 0.5)
+    ctas = [pairs[pair] / launches for pairs, _ in sms.values()]
+    cycles = [t for _, t in sms.values()]
+    middle = median(cycles)
     return {
         "kernel": kernel,
         "launches": launches,
         "sms": len(sms),
-        "ctas_per_sm": [ctas[0], quantile(ctas, 0.5), ctas[-1]],
-        "slowest_sm_vs_median": cycles[-1] / middle if middle else None,
+        "ctas_per_sm": [min(ctas), median(ctas), max(ctas)],
+        "slowest_sm_vs_median": max(cycles) / middle if middle else None,
     }
 
 
@@ -379,8 +354,7 @@ def tables(summary: dict, top: int) -> list:
 
 def folded(capture: Capture, shown: dict) -> str:
     """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read them
-    (shown: each kernel's readable name); ';' in a name escaped, so that it cannot split a
-    frame."""
+    (shown: each kernel's readable name), a ';' in a name escaped."""
     chains = [capture.chains.frames(chain) for chain, _ in capture.sites]
     names, lines = short_names({frame[0] for frames in chains for frame in frames}), []
     for (chain, name), k in capture.sites.items():

@@ -19,7 +19,7 @@ import torch
 # softmax.py first: it picks Triton's interpreter where there is no GPU, before Triton loads.
 import softmax as sm
 from conftest import ROOT, run
-from test_softmax import DTYPES, Recorder, check, gpu, randn
+from test_softmax import DTYPES, Recorder, assert_close, check, gpu, randn
 
 # isort: split
 import triton
@@ -110,6 +110,44 @@ def test_long_rows_merge_their_partials_a_chunk_at_a_time(monkeypatch):
     x[2, :] = -float("inf")
     y = check(x, lr.softmax)
     assert (y[1, :100] == 0).all() and y[2].isnan().all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.usefixtures("small_tiles")
+def test_lagged_rows_keep_their_running_max_past_an_early_spike(monkeypatch, dtype):
+    # Merged 2 partials at a time, a row whose first tile holds its max: the later
+    # chunks' sums are scaled to that max, or exp() of the spike less theirs overflows.
+    monkeypatch.setattr(lr, "MERGE_TILES", 2)
+    x = randn(3, 100, dtype)
+    x[0, 0], x[1, 9], x[2, 60] = 120.0, 100.0, 90.0
+    y = check(x, lr.softmax)
+    assert y[0, 0] == 1 and y[1, 9] == 1 and y[2, 60] == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_held_rows_of_several_tiles_scale_each_tile_s_sum_to_the_row_s_max(dtype):
+    # The interpreter runs one program at a time, so a held row of several tiles would
+    # wait for ever: here each row's slots hold every tile's partials before the launch,
+    # as its other programs would publish them, and each program merges them as on a GPU.
+    # An early spike makes the tiles' maxes differ by far.
+    rows, block_n, n_tiles, line = 3, 16, 4, lr.LINE_SLOTS.value
+    x = randn(rows, block_n * n_tiles - 5, dtype)  # the last tile part padding
+    x[0, 1], x[1, 40], x[2, -1] = 20.0, 15.0, 12.0
+    padded = torch.full((rows, block_n * n_tiles), -float("inf"), device=sm.DEVICE)
+    padded[:, : x.shape[1]] = x.float()
+    tiles = padded.view(rows, n_tiles, block_n)
+    m = tiles.max(dim=-1).values
+    s = torch.exp(tiles - m[..., None]).sum(dim=-1)
+    packed = (m.view(torch.int32).long() << 32) | (s.view(torch.int32).long() & 0xFFFFFFFF)
+    slots = torch.zeros(line + rows * line, dtype=torch.int64, device=sm.DEVICE)
+    slots[line:].view(rows, line)[:, :n_tiles] = packed
+    out = torch.full_like(x, float("nan"))
+    with sm.launching(x):
+        lr.softmax_long_rows_kernel[(rows * n_tiles,)](
+            out, x, slots, rows, x.shape[1], x.shape[1], 1, 0, 0, n_tiles,
+            BLOCK_N=block_n, TILES=line, ALIGNED=False, PEELED=False, TICKET=False,
+        )  # fmt: skip
+    assert_close(out, torch.softmax(x.float(), dim=1))
 
 
 @pytest.mark.usefixtures("small_tiles")
@@ -279,8 +317,7 @@ def test_peeled_rows_write_only_their_output(monkeypatch, dtype):
     out = buf[2 : 2 + 4 * 57].view(4, 57)
     lr.launch(x, out)
     assert buf[:2].isnan().all() and buf[-2:].isnan().all()
-    ref = torch.softmax(x.float(), dim=1)
-    torch.testing.assert_close(out.float(), ref, atol=sm.TOLERANCE[dtype], rtol=0)
+    assert_close(out, torch.softmax(x.float(), dim=1))
 
 
 def test_rows_peel_where_their_columns_are_contiguous_and_storage_starts_on_16():
@@ -300,6 +337,12 @@ def test_the_command_line_checks_long_rows():
     p = run(sys.executable, "long_rows.py", "--rows", 2, "--cols", 20000)
     assert p.returncode == 0 and p.stdout.endswith("softmax: PASS\n"), p.stderr
     assert "rows=2 cols=20000" in p.stdout
+
+
+def test_the_command_line_fails_on_a_wrong_result(monkeypatch, capsys):
+    monkeypatch.setattr(lr, "softmax", lambda x: torch.softmax(x.float(), -1) + 1e-3)
+    assert lr.main(["--rows", "2", "--cols", "20000"]) == 1
+    assert "FAIL result differs from torch.softmax" in capsys.readouterr().err
 
 
 def test_the_command_line_counts_each_rows_scratch(monkeypatch, capsys):
@@ -758,8 +801,7 @@ def test_gpu_each_path_replayed_from_a_cuda_graph(dtype):
             x.normal_()
             graph.replay()
             torch.cuda.synchronize()
-            ref = torch.softmax(x.float(), dim=1)
-            torch.testing.assert_close(y.float(), ref, atol=sm.TOLERANCE[dtype], rtol=0, msg=name)
+            assert_close(y, torch.softmax(x.float(), dim=1))
 
 
 @pytest.mark.gpu

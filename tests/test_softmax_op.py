@@ -114,6 +114,14 @@ def test_the_command_line_refuses_what_does_not_fit_in_one_line():
     assert p.stderr.startswith("softmax_op: error: 1048575 x 1048575 float32 needs about")
 
 
+def test_the_command_line_checks_the_gradient_and_fails_on_a_wrong_one(monkeypatch, capsys):
+    assert softmax_op.main(["--rows", "3", "--cols", "40"]) == 0
+    assert capsys.readouterr().out.endswith("softmax_op: PASS\n")
+    monkeypatch.setattr(softmax_op, "softmax", lambda x: torch.softmax(x, -1) * 1.01)
+    assert softmax_op.main(["--rows", "3", "--cols", "40"]) == 1
+    assert "FAIL gradient differs" in capsys.readouterr().err
+
+
 def test_the_op_is_registered_with_its_backward():
     x = torch.randn(3, 20, device=sm.DEVICE)
     y = torch.ops.triton_softmax.softmax(x)

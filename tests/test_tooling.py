@@ -23,6 +23,7 @@ TOOLING = [
     "summary/files.py",
     "summary/run.py",
     "summary/views.py",
+    "bench/ceiling.py",
     "summary/compare.py",
     "Dockerfile",
     ".ci/run",

@@ -1,7 +1,7 @@
 """The memory ceiling a GPU reaches, measured: a flat copy and a read-only Triton kernel
 timed at power-of-two sizes from 1 MiB to 4 GiB, beside the device's L2 size.
 
-    python -m summary.ceiling [--out FOLDER]       (or: make ceiling)
+    python bench/ceiling.py [--out FOLDER]       (or: make ceiling; a GPU only)
 
 Writes FOLDER/ceiling/<device>.json (FOLDER: profiling_results), replaced atomically:
 {"device", "arch", "sm_count", "l2_bytes", "triton", "torch", "sizes": [{"bytes",
@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench_cudagraph
 
-from summary.files import Refused, write_output
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from summary.files import Refused, write_output  # noqa: E402
 
 SIZES = [2**k for k in range(20, 33)]  # 1 MiB to 4 GiB
 BLOCK = 4096

@@ -1,0 +1,54 @@
+"""make ceiling (bench/ceiling.py), on CPU: the file it writes, what it says without a GPU
+or a folder to write in; the summary's use of it is tested with the summary's."""
+
+import importlib.util
+import json
+
+import pytest
+
+from conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("ceiling", ROOT / "bench" / "ceiling.py")
+ceiling = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ceiling)
+
+CEILINGS = sorted((ROOT / "tests" / "fixtures").glob("*-ceiling.json"))  # make ceiling's own
+
+
+@pytest.mark.parametrize("path", CEILINGS, ids=lambda p: p.name)
+def test_a_recorded_ceiling_holds_each_size_s_rates(path):
+    r = json.loads(path.read_text())
+    assert set(r) == {"device", "arch", "sm_count", "l2_bytes", "triton", "torch", "sizes"}
+    assert isinstance(r["device"], str) and isinstance(r["arch"], str)  # as Proton names them
+    assert r["sm_count"] > 0 and r["l2_bytes"] > 0
+    sizes = [s["bytes"] for s in r["sizes"]]
+    assert sizes == [2**k for k in range(20, 20 + len(sizes))]  # 1 MiB up, none skipped
+    for s in r["sizes"]:
+        assert set(s) == {"bytes", "copy_gbps", "read_gbps"}
+        assert s["copy_gbps"] > 0 and s["read_gbps"] > 0
+
+
+def test_ceiling_writes_the_measurement_under_out(tmp_path, monkeypatch, capsys):
+    recorded = json.loads(CEILINGS[0].read_text())
+    monkeypatch.setattr(ceiling.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ceiling, "measure", lambda: recorded)
+    assert ceiling.main(["--out", str(tmp_path)]) == 0
+    written = tmp_path / "ceiling" / f"{ceiling.slug(recorded['device'])}.json"
+    assert json.loads(written.read_text()) == recorded
+    assert [p.name for p in written.parent.iterdir()] == [written.name]  # no temporary left
+    assert f"wrote {written}" in capsys.readouterr().out
+
+
+def test_ceiling_without_a_gpu_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(ceiling.torch.cuda, "is_available", lambda: False)
+    assert ceiling.main(["--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1 and not (tmp_path / "ceiling").exists()
+
+
+def test_ceiling_names_a_folder_it_cannot_write(tmp_path, monkeypatch, capsys):
+    recorded = json.loads(CEILINGS[0].read_text())
+    monkeypatch.setattr(ceiling.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ceiling, "measure", lambda: recorded)
+    (tmp_path / "ceiling").write_text("a file where the folder goes")
+    assert ceiling.main(["--out", str(tmp_path)]) == 2
+    assert "ceiling: error: cannot write" in capsys.readouterr().err
