@@ -17,7 +17,10 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FIXTURES = ROOT / "tests" / "fixtures"
 QUOTE = re.compile(r"<!-- capture: (\S+) --top (\d+) -->\n```\n(.*?)```", re.S)
 QUOTES = [(page, *q) for page in PAGES for q in QUOTE.findall(page.read_text())]
-COMPARE = re.compile(r"<!-- compare: (\S+) against (\S+) --top (\d+) -->\n```\n(.*?)```", re.S)
+COMPARE = re.compile(
+    r"<!-- compare: (\S+) against (\S+) --top (\d+) --fail-above (\d+) -->\n```\n(.*?)```", re.S
+)
+COMPARES = [(page, c) for page in PAGES for c in COMPARE.findall(page.read_text())]
 # A copy of the example's files may delete them: links into them may dangle there.
 EXAMPLE = {ROOT / path for path in example_files()}
 
@@ -44,9 +47,10 @@ def test_quoted_tables_are_what_parse_hatchet_prints_for_the_capture(page, name,
     assert block in ph.table(summary, int(top)), f"{page.name} quotes {name} wrongly"
 
 
-def test_the_quoted_verdict_is_what_make_compare_prints_for_its_two_runs(tmp_path):
-    # make compare FAIL_ABOVE=10 of two run folders of trials, as make profile leaves them.
-    ((now, before, top, block),) = COMPARE.findall(README)
+@pytest.mark.parametrize("page, quote", COMPARES, ids=[f"{c[0].name}:{c[1][0]}" for c in COMPARES])
+def test_the_quoted_verdict_is_what_make_compare_prints_for_its_two_runs(page, quote, tmp_path):
+    # make compare FAIL_ABOVE=PCT of two run folders of trials, as make profile leaves them.
+    now, before, top, pct, block = quote
     runs = tmp_path / "profiling_results" / "profile"
     shutil.copytree(FIXTURES / before, runs / "previous")
     shutil.copytree(FIXTURES / now, runs / "latest")
@@ -60,10 +64,10 @@ def test_the_quoted_verdict_is_what_make_compare_prints_for_its_two_runs(tmp_pat
         "--top",
         top,
         "--fail-above",
-        "10",
+        pct,
         cwd=tmp_path,
     )
-    assert p.returncode == 3 and p.stdout.startswith(block), p.stdout
+    assert p.returncode == 3 and p.stdout.startswith(block), f"{page.name}: {p.stdout}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
