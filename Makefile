@@ -25,11 +25,17 @@ OUT ?= profiling_results
 # HOOK=triton records each launch's bytes and flops; TRIALS=N runs the script N times.
 HOOK ?=
 TRIALS ?=
-# make compare: CUR against BASE (runs or captures), failing past FAIL_ABOVE percent.
+# make compare: CUR against BASE (runs or captures), failing past FAIL_ABOVE percent;
+# ANY_DEVICE=1 compares runs of different devices. make ab: SCRIPT as the working tree
+# has it against SCRIPT at REV (a revision, or a folder holding a copy of the tree), or
+# against BASE_SCRIPT, interleaved, TRIALS (default 5) a side.
 CUR ?= $(OUT)/profile/latest
 BASE ?= $(OUT)/profile/previous
 FAIL_ABOVE ?=
 MIN_MS ?=
+ANY_DEVICE ?=
+REV ?= HEAD
+BASE_SCRIPT ?=
 PYTEST_ARGS ?=
 # make bench: a subset of its points (rows, logits, backward, host, profiling); QUACK=1
 # adds QuACK. make bench-report MERGE='a.json b.json' joins subset runs into one.
@@ -68,7 +74,7 @@ PY := $(call q,$(VENV)/bin/python)
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help setup run profile trace intra intra-trace view compare bench bench-report \
+.PHONY: help setup run profile trace intra intra-trace view compare ab bench bench-report \
   ceiling bench-parse test test-gpu lint clean docker-build docker-run docker-profile docker-test
 
 help: ## list the targets and the variables
@@ -101,6 +107,8 @@ START = $(if $(filter 1,$(NPROC)),$(PY),$(PY) -m torch.distributed.run --standal
 PROFILE = $(call q,$(HERE)/profile.sh) --recipe $(call q,$(RECIPE)) --results $(call q,$(OUT)) \
   $(if $(HOOK),--hook $(call q,$(HOOK))) $(if $(TRIALS),--trials $(call q,$(TRIALS)))
 COMMAND = $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))
+GATE = $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) \
+  $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS))) $(if $(ANY_DEVICE),--any-device)
 # A recipe's first line where SCRIPT must exist: a copy without the example names its own.
 HAS_SCRIPT = @[[ -f $(call q,$(SCRIPT)) ]] || { echo "make $@: no script "$(call q,$(SCRIPT))": \
   set SCRIPT=your.py" >&2; exit 2; }
@@ -133,11 +141,16 @@ view: setup ## print the latest profile's tree (proton-viewer -m time/ms)
 	  [[ -n $$f ]] || { echo "make view: no capture in "$(call q,$(OUT)/profile/latest)": run make profile" >&2; exit 2; }; \
 	  $(PY) -m triton.profiler.viewer -m time/ms -f function_line "$$f"
 
-compare: setup ## CUR against BASE (latest and previous profile): verdicts; FAIL_ABOVE, MIN_MS
+compare: setup ## CUR against BASE (latest and previous profile): verdicts; FAIL_ABOVE, MIN_MS: OUT/compare
 	@for run in $(call q,$(CUR)) $(call q,$(BASE)); do [[ -e $$run ]] || { echo "make compare:" \
 	  "no run $$run: run make profile twice first, or set CUR= and BASE=" >&2; exit 2; }; done
-	$(PY) $(call q,$(HERE)/parse_hatchet.py) $(call q,$(call path,$(CUR))) --diff $(call q,$(call path,$(BASE))) \
-	  --table $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS)))
+	$(call q,$(HERE)/profile.sh) --results $(call q,$(OUT)) \
+	  --compare $(call q,$(call path,$(CUR))) $(call q,$(call path,$(BASE))) $(GATE) -- $(PY)
+
+ab: setup ## SCRIPT now against REV (HEAD) or BASE_SCRIPT, interleaved, then compared: OUT/ab
+	$(HAS_SCRIPT)
+	$(PROFILE) $(if $(BASE_SCRIPT),--base-script $(call q,$(call path,$(BASE_SCRIPT))),--rev $(call q,$(REV))) \
+	  $(GATE) -- $(COMMAND)
 
 bench: setup $(VENV)/.bench $(if $(QUACK),$(VENV)/.bench-quack) ## GPU only: the example against its peers, into bench/results (POINTS, QUACK)
 	$(PY) bench/sweep.py $(if $(POINTS),--points $(call q,$(POINTS))) $(if $(QUACK),--quack)

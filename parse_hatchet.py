@@ -3,16 +3,17 @@ site that launched GPU time, then the views (summary/views.py: rates, timelines,
 scopes) and a comparison with an earlier run (summary/compare.py).
 
     python parse_hatchet.py PATH [PATH ...] [-o FILE] [--table] [--top N] [--folded FILE]
-        [--html FILE] [--world-size N] [--ceiling PATH]
-        [--diff BASE [--fail-above PCT] [--min-ms MS]]
+        [--html FILE] [--world-size N] [--ceiling PATH] [--diff BASE [--fail-above PCT]
+        [--min-ms MS] [--same PCT] [--any-device] [--markdown FILE]]
 
 Each PATH is a capture or a folder searched for them (summary/files.py): one run, its
 ranks' captures added up, or one run of trials. The five proton_* keys follow ROCm aorta's
 Proton collector to the letter (summary/run.py); docs/summary.md describes every key.
 Exit status: 0 summarised; 1 summarised but a capture found was not read or a rank of
 --world-size has none (proton_unread names each), or nothing to summarise (stderr says
-why); 2 usage, an input or output refused or not written; 3 a regression past
---fail-above; 130 ended by Ctrl-C (an output is replaced whole or not at all).
+why); 2 usage, an input or output refused or not written, runs that do not compare;
+3 a regression past --fail-above (stderr names each); 130 ended by Ctrl-C (an output is
+replaced whole or not at all).
 """
 
 import argparse
@@ -323,6 +324,13 @@ def positive(text: str) -> float:
     return number(text)
 
 
+def percent(text: str) -> float:
+    value = number(text)
+    if value is None or not 0 <= value < 1e15:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text[:30]!r}")
+    return value
+
+
 def parser() -> Parser:
     p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("paths", nargs="+", metavar="PATH", help="capture files, or folders")
@@ -335,15 +343,19 @@ def parser() -> Parser:
     p.add_argument("--world-size", type=ranks, metavar="N", help="ranks 0 to N-1 are expected")
     p.add_argument("--ceiling", metavar="PATH", help="measured ceilings: a file or folder")
     p.add_argument("--diff", metavar="BASE", help="compare with this earlier run or capture")
-    p.add_argument("--fail-above", type=positive, metavar="PCT", help="exit 3 past it")
-    p.add_argument("--min-ms", type=positive, metavar="MS", help="judged above (0.01)")
+    p.add_argument("--fail-above", type=percent, metavar="PCT", help="exit 3 past it")
+    p.add_argument("--min-ms", type=percent, metavar="MS", help="a regression grew this (0.01)")
+    p.add_argument("--same", type=percent, metavar="PCT", help="within it: same (2)")
+    p.add_argument("--any-device", action="store_true", help="compare across devices")
+    p.add_argument("--markdown", metavar="FILE", help="also write the comparison here")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = (p := parser()).parse_args(argv)
-    if args.diff is None and (args.fail_above or args.min_ms):
-        p.error("--fail-above and --min-ms judge a --diff, which is not given")
+    judging = (args.fail_above, args.min_ms, args.same, args.markdown)
+    if args.diff is None and (args.any_device or any(x is not None for x in judging)):
+        p.error("--fail-above, --min-ms, --same, --any-device and --markdown need --diff")
     # Decoded captures hold no cycles, and the cyclic collector would walk a growing
     # capture again and again: most of the time. It waits till the summary is made.
     gc.disable()
@@ -407,6 +419,39 @@ def write_page(path: str | None, summary: dict, inputs: set) -> None:
         say(f"no page written to {path[:200]}: {getattr(e, 'strerror', None) or str(e)[:300]}")
 
 
+def interleaved(paths: list, base: str) -> bool:
+    """Whether now and base are the two sides of one make ab run: its now and base folders,
+    beside the order it ran them in."""
+    run = Path(base).resolve().parent
+    return len(paths) == 1 and Path(paths[0]).resolve().parent == run and (run / "order").is_file()
+
+
+def diffed(args: argparse.Namespace, found: files.Found, done: list, inputs: set) -> tuple:
+    """proton_diff of done against --diff's run, and the problem that leaves nothing to
+    compare (or None); inputs gains the base's files."""
+    base, problem, base_found = summaries([args.diff])
+    if len({files.kind(p) for p in found.files + base_found.files}) > 1:
+        raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds others")
+    inputs |= set(base_found.seen)
+    sides = [[s.summary for s in side] for side in (base, done)]
+    if problem := problem or compare.unfit(sides[0]):
+        return None, f"--diff {args.diff[:200]}: {problem}"
+    ab = interleaved(args.paths, args.diff)
+    if refused := compare.refusal(*sides, ab, args.any_device):
+        raise Refused(f"--diff {args.diff[:200]}: {refused}")
+    given = {k: getattr(args, k) for k in compare.Gate._fields}
+    gate = compare.Gate(**{k: v for k, v in given.items() if v is not None})
+    return compare.diff(*sides, args.diff, gate, ab), None
+
+
+def told(args: argparse.Namespace, diff: dict, failed: bool, inputs: set) -> None:
+    """The comparison as Markdown where --markdown asks; each regression on stderr."""
+    if args.markdown is not None:
+        files.write_output(args.markdown, compare.markdown(diff), inputs)
+    for line in compare.failures(diff) if failed else []:
+        say(line)
+
+
 def run(args: argparse.Namespace) -> int:
     done, problem, found = summaries(args.paths, args.world_size, ceilings(args.ceiling))
     inputs = set(found.seen)
@@ -418,17 +463,7 @@ def run(args: argparse.Namespace) -> int:
     if not problem and len(done) > 1:
         summary["proton_trials"] = compare.trials([s.summary for s in done])
     if not problem and args.diff is not None:
-        base, problem, base_found = summaries([args.diff])
-        kinds = {files.kind(p) for p in found.files + base_found.files}
-        if len(kinds) > 1:
-            raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds others")
-        inputs |= set(base_found.seen)
-        sides = [[s.summary for s in side] for side in (base, done)]
-        problem = problem or compare.unfit(sides[0])
-        problem = problem and f"--diff {args.diff[:200]}: {problem}"
-        summary["proton_diff"] = compare.diff(
-            *sides, args.diff, args.fail_above, args.min_ms or 0.01
-        )
+        summary["proton_diff"], problem = diffed(args, found, done, inputs)
     if problem:  # the JSON to stdout, never over a good -o
         say(f"{' '.join(args.paths)[:200]}: {problem}")
         return files.emit(to_json({"proton_artifact_dir": summary["proton_artifact_dir"]}), 1)
@@ -437,6 +472,8 @@ def run(args: argparse.Namespace) -> int:
     status = 1 if unread else 3 if summary.get("proton_diff", {}).get("regressions") else 0
     if output is not None:
         files.write_output(output, to_json(summary), inputs)
+    if summary.get("proton_diff"):
+        told(args, summary["proton_diff"], status == 3, inputs)
     if args.folded is not None:
         shown = {k["name"]: k["readable_name"] for k in summary["proton_kernels"]}
         files.write_output(args.folded, views.folded(done[0].run.capture, shown), inputs)

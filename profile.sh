@@ -5,7 +5,10 @@
 #
 #   ./profile.sh [--recipe FILE] [--results DIR | --output DIR] [--data tree|trace]
 #                [--backend NAME] [--context shadow|python] [--hook triton] [--trials N]
-#                [--dry-run] -- COMMAND ...
+#                [--rev REV | --base-script FILE] [GATE] [--dry-run] -- COMMAND ...
+#   ./profile.sh [--results DIR] --compare NOW BASE [GATE] [-- PYTHON]
+#
+# GATE: --fail-above PCT, --min-ms MS, --any-device, as parse_hatchet.py takes them.
 #
 # Each run makes RESULTS/KIND/<UTC time>-<pid> (RESULTS: profiling_results; KIND: profile,
 # trace, intra or intra-trace, by data and backend); once it succeeds, KIND/latest points
@@ -17,24 +20,45 @@
 # this run, --trials N its trials: with N > 1 trial K writes into RUN/trialK. --dry-run
 # prints what would run. Ctrl-C, SIGTERM and SIGHUP reach the command; profile.sh waits
 # for it to end and exits 130, 143 or 129, the run's folder left without a summary.
-# Exit status: 0 summarised; the command's own when it fails; 1 no capture;
-# parse_hatchet.py's own when it fails (1 a capture or rank not read: its line says which);
-# 2 usage, a refused recipe, no GPU visible, an output folder that exists already, or a
-# latest or previous that is not a link; 129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM.
+# --rev REV (a revision of the git checkout here, or a folder holding a copy of its tree)
+# or --base-script FILE makes an A/B run, RESULTS/ab/<run>: the script as the working tree
+# has it (now) against the same script at REV, unpacked by git archive into RUN/tree and
+# run from there so that it imports its own modules, or against FILE (base). Each side
+# gets N trials (default 5), in rounds base-now, now-base, ..., each a process of its
+# own, into RUN/base/trialK and RUN/now/trialK; RUN/order records the order; then
+# compare.json, compare.md and report.html beside them, and latest moved. --compare NOW
+# BASE writes a comparison of two runs into RESULTS/compare/<run> (PYTHON: the one that
+# compares).
+# Exit status: 0 summarised (compared: no regression); the command's own when it fails;
+# 1 no capture; parse_hatchet.py's own when it fails or finds a regression past
+# --fail-above (1 a capture or rank not read: its line says which); 2 usage, a refused
+# recipe, no GPU visible, an output folder that exists already, a latest or previous that
+# is not a link, a REV that is not there or lacks the script; 129, 130, 143 stopped by
+# SIGHUP, SIGINT, SIGTERM.
 set -euo pipefail
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 recipe=recipe.yaml results=profiling_results output='' data='' backend='' context='' hook=''
-trials='' dry_run=0 cmd=()
+trials='' dry_run=0 cmd=() rev='' base_script='' gate=() compare=()
 say() { local line="profile.sh: $1"; echo "${line//[[:cntrl:]]/?}"; }  # one line, as ls shows names
 die() { say "error: $2" >&2; exit "$1"; }
 
 while (($#)); do
   case $1 in
-    --recipe | --results | --output | --data | --backend | --context | --hook | --trials)
+    --recipe | --results | --output | --data | --backend | --context | --hook | --trials | \
+      --rev | --base-script | --fail-above | --min-ms)
       (($# >= 2)) && [[ -n $2 ]] || die 2 "$1 needs a value, not an empty one"
-      printf -v "${1#--}" '%s' "$2"
+      name=${1#--}
+      case $1 in
+        --fail-above | --min-ms) gate+=("$1" "$2") ;;
+        *) printf -v "${name/-/_}" '%s' "$2" ;;
+      esac
       shift 2 ;;
+    --any-device) gate+=("$1"); shift ;;
+    --compare)
+      (($# >= 3)) || die 2 "--compare needs two runs: NOW BASE"
+      compare=("$2" "$3")
+      shift 3 ;;
     --dry-run) dry_run=1; shift ;;
     --) shift; cmd=("$@"); break ;;
     -h | --help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p;}' "$0"; exit 0 ;;
@@ -44,8 +68,46 @@ done
 # A folder named with a leading - would reach Proton and the summariser as an option.
 [[ $results != -* ]] || results=./$results
 [[ $output != -* ]] || output=./$output
+stamp=$(date -u +%Y%m%dT%H%M%SZ)-$$
+linked() {  # latest at this run, previous at the one latest named: each made beside, then
+  # renamed into place, never half made; latest first: stopped between the two, previous
+  # is an older run, never latest's.
+  [[ -z $output ]] || return 0
+  local last
+  last=$(readlink -- "$runs/latest") || last=
+  ln -sfn -- "$stamp" "$runs/.latest.$$" && mv -fT -- "$runs/.latest.$$" "$runs/latest"
+  if [[ -n $last ]]; then
+    ln -sfn -- "$last" "$runs/.previous.$$" && mv -fT -- "$runs/.previous.$$" "$runs/previous"
+  fi
+}
+comparison() {  # as $summarise, $1 (PYTHON) comparing $2 (now) with $3 (base) into $out
+  summarise=("$1" "$here/parse_hatchet.py" "$2" --diff "$3" --table -o "$out/compare.json"
+    --markdown "$out/compare.md" --html "$out/report.html" "${gate[@]}")
+}
+compared() {  # runs $summarise; where it compared (0, or 3: a regression), latest moves
+  local status=0
+  "${summarise[@]}" || status=$?
+  ((status != 0 && status != 3)) || linked
+  exit "$status"
+}
+ours() {  # refuses a latest or previous not a link: links of its own are all it replaces
+  for link in "$runs/latest" "$runs/previous"; do
+    [[ -n $output || ! -e $link || -L $link ]] ||
+      die 2 "${link:0:200} is not a link: move it away (nothing is replaced)"
+  done
+}
+if ((${#compare[@]})); then  # a comparison of two runs, in a run folder of its own
+  runs=$results/compare out=$results/compare/$stamp
+  ours
+  { mkdir -p -- "$runs" && mkdir -- "$out"; } 2>/dev/null || die 2 "cannot make ${out:0:200}"
+  comparison "${cmd[0]:-python3}" "${compare[@]}"
+  compared
+fi
 ((${#cmd[@]})) || die 2 "no command: give one after -- (e.g. -- python mine.py)"
 [[ -z $trials || $trials =~ ^[1-9][0-9]{0,2}$ ]] || die 2 "--trials takes 1 to 999"
+ab=0
+[[ -z $rev && -z $base_script ]] || ab=1 trials=${trials:-5}
+((ab || !${#gate[@]})) || die 2 "${gate[0]} judges a comparison: give --rev, --base-script or --compare"
 case "$(type -t -- "${cmd[0]}")" in  # a builtin (exec, source) would run inside this script
   builtin | function | keyword) die 2 "the command must start with a program, not ${cmd[0]:0:30}" ;;
 esac
@@ -78,7 +140,7 @@ kind=profile ext=hatchet
 [[ $data == tree ]] || kind=trace ext=chrome_trace
 [[ $backend != instrumentation ]] || kind=intra${kind#profile}
 kind=${kind/#intratrace/intra-trace}
-stamp=$(date -u +%Y%m%dT%H%M%SZ)-$$
+((!ab)) || kind=ab
 runs=$results/$kind
 out=${output:-$runs/$stamp}
 
@@ -110,20 +172,54 @@ if [[ $backend == roc* || ($backend == auto && $vendor == amd) ]]; then
   done
   ((!${#moved[@]})) || moved+=("export ROCR_VISIBLE_DEVICES=$(printf %q "$ROCR_VISIBLE_DEVICES")")
 fi
-trial() {  # the command of trial $1 as $command, writing into the folder $dir
-  dir=$out
-  ((trials == 1)) || dir=$out/trial$1
-  command=("${launch[@]}" -n "$dir/proton" "${flags[@]}" "${script[@]}")
+# An A/B run's base runs elsewhere: the interpreter and the run's folder by absolute paths.
+base=.
+if ((ab)); then
+  [[ ${launch[0]} != */* ]] || launch[0]=$(realpath -s -- "${launch[0]}")
+  [[ $out == /* ]] || out=$PWD/$out
+  at=$(realpath -ms --relative-to=. -- "${script[0]}")
+  if [[ -n $base_script ]]; then
+    [[ -f $base_script ]] || die 2 "no base script ${base_script:0:200}"
+  elif [[ -d $rev ]]; then
+    base=$rev
+    [[ -f $base/$at ]] || die 2 "${rev:0:200} has no ${at:0:200}"
+  else
+    git rev-parse --verify --quiet "$rev^{commit}" >/dev/null ||
+      die 2 "${rev:0:100} is neither a folder nor a revision of a git checkout here"
+    git cat-file -e "$rev:./$at" 2>/dev/null || die 2 "${rev:0:100} has no ${at:0:200}"
+    base=$out/tree/$(git rev-parse --show-prefix)
+  fi
+fi
+round() {  # the sides of round $1: none outside an A/B run, base first in odd rounds
+  if ((!ab)); then sides=(''); elif (($1 % 2)); then sides=(base now); else sides=(now base); fi
+}
+trial() {  # the command of trial $1 (of side $2) as $command, writing into $dir, run in $cwd
+  dir=$out cwd=. words=("${script[@]}")
+  ((trials == 1 && !ab)) || dir=$out/$2${2:+/}trial$1
+  if [[ $2 == base && -n $base_script ]]; then
+    words[0]=$base_script
+  elif [[ $2 == base ]]; then
+    cwd=$base words[0]=$at
+  fi
+  command=("${launch[@]}" -n "$dir/proton" "${flags[@]}" "${words[@]}")
 }
 summarise=("$py" "$here/parse_hatchet.py" "$out" -o "$out/summary.json" --html "$out/report.html"
   --table)
 [[ -z $world ]] || summarise+=(--world-size "$world")
 [[ ! -d $results/ceiling ]] || summarise+=(--ceiling "$results/ceiling")  # make ceiling's
+((!ab)) || comparison "$py" "$out/now" "$out/base"
 shown() { local line; line=$(printf '%q ' "$@"); echo "${line% }"; }  # pasteable words
 if ((dry_run)); then
   echo "# run folder: $(printf %q "$out")"
   for line in "${moved[@]}"; do echo "$line"; done
-  for ((k = 1; k <= trials; k++)); do trial "$k" && shown "${command[@]}"; done
+  for ((k = 1; k <= trials; k++)); do
+    round "$k"
+    for side in "${sides[@]}"; do
+      trial "$k" "$side"
+      [[ $cwd == . ]] || printf 'cd %q && ' "$cwd"
+      shown "${command[@]}"
+    done
+  done
   shown "${summarise[@]}"
   exit 0
 fi
@@ -138,10 +234,7 @@ for var in CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
 done
 [[ $visible == 1 || ${cmd[0]##*/} != @(python*|torchrun) ]] ||
   die 2 "no GPU visible: Proton needs one (check the script alone with: make run)"
-for link in "$runs/latest" "$runs/previous"; do  # links of its own are all it replaces
-  [[ -n $output || ! -e $link || -L $link ]] ||
-    die 2 "${link:0:200} is not a link: move it away (nothing is replaced)"
-done
+ours
 # mkdir without -p makes the run's folder, --output's too: no other run has it.
 parent=$runs
 if [[ -n $output ]]; then parent=$(dirname -- "$out" && echo .) parent=${parent%$'\n.'}; fi
@@ -150,6 +243,11 @@ if [[ -n $output ]]; then parent=$(dirname -- "$out" && echo .) parent=${parent%
     die 2 "--output ${out:0:200} exists: name a new folder (nothing is cleared)"
   die 2 "cannot make ${out:0:200}"
 }
+if ((ab)) && [[ $base == "$out"/tree/* ]]; then  # the revision, unpacked
+  mkdir -- "$out/tree"
+  git -C "$(git rev-parse --show-toplevel)" archive "$rev" | tar -x -C "$out/tree" ||
+    die 2 "git archive ${rev:0:100} failed"
+fi
 
 # The command runs as a child that signals reach (bash would hold a trap until it ended),
 # on this terminal, which it may read.
@@ -171,7 +269,7 @@ trap 'stop INT 130' INT
 trap 'stop TERM 143' TERM
 trap 'stop HUP 129' HUP
 child() {  # runs "$@" as the child; its exit status in $status
-  (trap - INT QUIT; exec "$@") <&0 &
+  (cd -- "$cwd" && trap - INT QUIT && exec "$@") <&0 &
   child=$! status=0
   wait "$child" || status=$?
   child=
@@ -179,28 +277,27 @@ child() {  # runs "$@" as the child; its exit status in $status
 
 shopt -s nullglob
 for ((k = 1; k <= trials; k++)); do
-  trial "$k"
-  mkdir -p -- "$dir"
-  child "${command[@]}"
-  ((status == 0)) || die "$status" "the command exited $status; no summary written"
-  found=("$dir"/proton*."$ext")
-  ((${#found[@]})) || die 1 "no ${dir:0:200}/proton.$ext: the run wrote no profile (Triton 3.6 \
-writes none when the script raises or calls sys.exit; in env mode the script calls \
+  round "$k"
+  for side in "${sides[@]}"; do
+    trial "$k" "$side"
+    mkdir -p -- "$dir"
+    ((!ab)) || echo "$side trial$k" >>"$out/order"
+    child "${command[@]}"
+    ((status == 0)) || die "$status" "the command exited $status; no summary written"
+    found=("$dir"/proton*."$ext")
+    ((${#found[@]})) || die 1 "no ${dir:0:200}/proton.$ext: the run wrote no profile (Triton \
+3.6 writes none when the script raises or calls sys.exit; in env mode the script calls \
 proton.start() and proton.finalize())"
+  done
 done
+cwd=.
 record=("$py" "$here/proton_launch.py" --provenance "$out/provenance.json" --run-id "$stamp")
 [[ $backend == auto ]] || record+=(-b "$backend")
 [[ -z $proton_mode ]] || record+=(--mode "$proton_mode")
 [[ $mode == cli ]] || record+=(--env)
 "${record[@]}" || say "warning: no provenance written (exit $?)" >&2
+((!ab)) || compared
 child "${summarise[@]}"
 ((status == 0)) || exit "$status"  # parse_hatchet.py said why, on stderr
-if [[ -z $output ]]; then  # each link made beside, then renamed into place: never half made
-  last=$(readlink -- "$runs/latest") || last=
-  # latest first: stopped between the two, previous is an older run, never latest's.
-  ln -sfn -- "$stamp" "$runs/.latest.$$" && mv -fT -- "$runs/.latest.$$" "$runs/latest"
-  if [[ -n $last ]]; then
-    ln -sfn -- "$last" "$runs/.previous.$$" && mv -fT -- "$runs/.previous.$$" "$runs/previous"
-  fi
-fi
+linked
 say "wrote $out/summary.json"

@@ -1,19 +1,37 @@
-"""Did it get better: a run of trials' spread, and a run against an earlier one, each
-kernel and call site with a verdict and the noise it was judged against (a gate for CI).
+"""Did it get better: a run of trials' spread, and a run against an earlier one, each row
+(the GPU time, each kernel, each call site) with a verdict weighed against the trials'
+noise, and a gate for CI that agrees with it.
 
-Each side is a list of summaries (parse_hatchet.py): one, or one for each trial. A kernel's
-time on a side is the mean over its trials of its total ms in each; its noise there, the
-coefficient of variation (sample standard deviation over mean) across trials. The rules
-of the verdict are docs/summary.md's "Compare".
+Each side is a list of summaries (parse_hatchet.py), one for each trial. A row's time in a
+trial is its total ms there. Launches under Triton's autotuner (call sites marked
+[autotuning]) are rows of their own, apart from their kernels' times and the GPU time's,
+and never gated. The rules are docs/summary.md's "Compare".
 """
 
-import itertools
+import math
 import re
 import statistics
+from typing import NamedTuple
 
-SAME_WITHOUT_NOISE = 0.02  # unknown noise: changes within 2% are the same
-SHAPE = re.compile(r"(.*?)( \[[^\[\]]*\])?")  # launch_metadata's " [shape dtype]" suffix
+from summary.run import printable
+
+SHAPE = re.compile(r"(.*?)( \[[^\[\]]*\])?", re.S)  # launch_metadata's " [shape dtype]" suffix
 LINE = re.compile(r":(\d+)(?= )")  # a frame's line in a call site, "file:line function"
+TUNING = " [autotuning]"
+ALPHA = 0.05  # of all rows together: simultaneous 95% intervals
+ONE_RUN = "one run a side: no noise, the gate judges the change alone"
+JUDGED = ("same", "slower", "faster", "inconclusive")
+
+
+class Gate(NamedTuple):
+    """What a verdict and a regression are held to: percents and milliseconds."""
+
+    fail_above: float | None = None
+    min_ms: float = 0.01
+    same: float = 2.0
+
+
+# --- Trials ---------------------------------------------------------------------------
 
 
 def per_trial(summaries: list, rows: str, key: callable) -> dict:
@@ -43,54 +61,307 @@ def trials(summaries: list) -> dict:
     return {"n": len(summaries), "kernels": sorted(rows, key=lambda r: r["mean_ms"], reverse=True)}
 
 
-def verdict(base: list | None, now: list | None, fail_above: float | None, min_ms: float) -> dict:
-    """One row's judgement from its ms per trial on each side (None: absent there).
-    Noise: sqrt(cv_base**2 + cv_now**2), the spread of a ratio of two noisy times,
-    unknown (None) unless both sides have trials. same: the change within the noise, or
-    within SAME_WITHOUT_NOISE of it where the noise is unknown. A regression (with
-    fail_above): slower by more than fail_above percent beyond the noise, the larger side
-    at least min_ms."""
-    base_ms, ms = (statistics.fmean(t) if t else 0.0 for t in (base, now))
-    cvs = [spread(t)["cv"] for t in (base, now) if t]
-    noise = (cvs[0] ** 2 + cvs[1] ** 2) ** 0.5 if len(cvs) == 2 and None not in cvs else None
-    row = {"base_ms": base_ms, "ms": ms, "ratio": ms / base_ms if base_ms else None, "noise": noise}
-    if not base_ms or not ms:
-        return {**row, "verdict": "gone" if base_ms else "new", "regression": False}
-    change = ms / base_ms - 1
-    band = SAME_WITHOUT_NOISE if noise is None else noise
-    judged = "same" if abs(change) <= band else "slower" if change > 0 else "faster"
-    past = fail_above is not None and (change - (noise or 0.0)) * 100 > fail_above
-    return {**row, "verdict": judged, "regression": past and max(base_ms, ms) >= min_ms}
+# --- What each side ran: kernels outside the tuner, call sites -------------------------
 
 
-def diff(base: list, now: list, base_name: str, fail_above: float | None, min_ms: float) -> dict:
-    """proton_diff: each kernel and call site, base against now, with its verdict, the
-    largest change first; and the regressions past fail_above."""
-    rows = []
-    for rows_of, key, order in (
-        ("proton_kernels", kernel_key, kernel_order),
-        ("proton_callsites", site_key, site_order),
-    ):
-        for before, after in matched(base, now, rows_of, key, order):
-            row = {"kernel": rows_of == "proton_kernels"}
-            if row["kernel"]:
-                row["name"] = shown_name(*(side and side[0]["name"] for side in (before, after)))
-                shown = (side and side[0]["readable_name"] for side in (before, after))
-                row["readable_name"] = shown_name(*shown)
-            else:
-                row["callsite"] = moved((before or after)[0], (after or before)[0])
-            times = (before and before[1], after and after[1])
-            row.update(base_times_ms=times[0] or None, times_ms=times[1] or None)  # per trial
-            rows.append({**row, **verdict(*times, fail_above, min_ms)})
-    rows.sort(key=lambda row: abs(row["ms"] - row["base_ms"]), reverse=True)
-    totals = [
-        statistics.fmean(s.get("proton_gpu_time_ms", 0.0) for s in side) for side in (base, now)
-    ]
-    out = {"base": base_name, "gpu_time_ms": totals, "min_ms": min_ms, "fail_above": fail_above}
-    out["kernels"] = [row for row in rows if row.pop("kernel")]
-    out["callsites"] = [row for row in rows if "callsite" in row]
-    out["regressions"] = [row.get("name") or row["callsite"] for row in rows if row["regression"]]
+def kernel_times(side: list) -> dict:
+    """Each kernel's ms per trial outside the autotuner; a kernel launched only by the
+    tuner is none."""
+    out = {}
+    for i, summary in enumerate(side):
+        tuned = {}
+        for site in summary.get("proton_callsites", []):
+            for k in site["kernels"] if TUNING in site["callsite"] else []:
+                ms, n = tuned.get(k["name"], (0.0, 0))
+                tuned[k["name"]] = (ms + k["ms"], n + (k["launches"] or 0))
+        for k in summary.get("proton_kernels", []):
+            ms, n = tuned.get(k["name"], (0.0, 0))
+            if not n or (k["launches"] or 0) > n:
+                entry = out.setdefault(k["name"], (k, [0.0] * len(side)))
+                entry[1][i] += max(0.0, k["total_ms"] - ms)
     return out
+
+
+def site_times(side: list) -> dict:
+    """Each call site's ms per trial, and the kernels it launched in any trial."""
+    out = {}
+    for i, summary in enumerate(side):
+        for site in summary.get("proton_callsites", []):
+            text, ms = site["callsite"], [0.0] * len(side)
+            entry = out.setdefault(text, {"callsite": text, "kernels": set(), "times": ms})
+            entry["kernels"] |= {kernel_key(k["name"]) for k in site["kernels"]}
+            entry["times"][i] += site["ms"]
+    return out
+
+
+def kernel_key(name: str) -> str:
+    return SHAPE.fullmatch(name)[1]  # a kernel whose shape changed is still itself
+
+
+def site_key(text: str) -> str:
+    return LINE.sub(":", text)  # its files and functions, lines apart
+
+
+# --- Matching rows by what they are ---------------------------------------------------
+
+
+def matched_kernels(before: dict, after: dict) -> list:
+    """Pairs of (row, ms per trial) of base and now, None where a side lacks it: by name
+    without the shape, the same shape first, then the others in order."""
+    groups = {}
+    for i, side in enumerate((before, after)):
+        for name, entry in sorted(side.items()):
+            groups.setdefault(kernel_key(name), ({}, {}))[i][name] = entry
+    pairs = []
+    for old, new in groups.values():
+        pairs += [(old.pop(name), new.pop(name)) for name in list(old) if name in new]
+        rest = [list(old.values()), list(new.values())]
+        pairs += list(zip(*rest, strict=False))  # the rest in order
+        pairs += [(a, None) for a in rest[0][len(rest[1]) :]]
+        pairs += [(None, b) for b in rest[1][len(rest[0]) :]]
+    return pairs
+
+
+def apart(x: dict, y: dict) -> tuple:
+    """How far two call sites of the same files and functions are: the kernels only one
+    of them launched, then the lines between them."""
+    lines = zip(LINE.findall(x["callsite"]), LINE.findall(y["callsite"]), strict=True)
+    return len(x["kernels"] ^ y["kernels"]), sum(abs(int(a) - int(b)) for a, b in lines)
+
+
+def nearest(x: dict, others: list) -> dict | None:
+    """The one of others nearest to x; None where two are as near."""
+    ranked = sorted(others, key=lambda y: apart(x, y))
+    close = [apart(x, y) for y in ranked[:2]] + [(math.inf,)] * 2
+    return ranked[0] if close[0] < close[1] else None
+
+
+def matched_sites(before: dict, after: dict) -> tuple[list, list]:
+    """Pairs of call sites of base and now (None where a side lacks one), matched on their
+    files and functions, then as mutual nearest neighbours (apart), then, as many being
+    left on each side, in the order of their lines (an edit that shifts lines keeps their
+    order); and those still tied."""
+    groups = {}
+    for i, side in enumerate((before, after)):
+        for site in side.values():
+            groups.setdefault(site_key(site["callsite"]), ([], []))[i].append(site)
+    pairs, tied = [], []
+    for old, new in groups.values():
+        pairs += mutual(old, new)
+        if len(old) == len(new):
+            lines = [
+                sorted(side, key=lambda s: [*map(int, LINE.findall(s["callsite"]))])
+                for side in (old, new)
+            ]
+            pairs += zip(*lines, strict=True)
+        elif old and new:
+            tied += [(x, None) for x in old] + [(None, y) for y in new]
+        else:
+            pairs += [(x, None) for x in old] + [(None, y) for y in new]
+    return pairs, tied
+
+
+def mutual(old: list, new: list) -> list:
+    """Pairs of mutual nearest neighbours of old and new, taken out of both, again and
+    again till none is left."""
+    pairs = []
+    while found := [(x, y) for x in old if (y := nearest(x, new)) and nearest(y, old) is x]:
+        for x, y in found:
+            pairs.append((x, y))
+            old.remove(x)
+            new.remove(y)
+    return pairs
+
+
+# --- The rule -------------------------------------------------------------------------
+
+
+def t_quantile(p: float, v: float) -> float:
+    """Student's t quantile for 0.5 < p < 1 and v > 0 degrees of freedom: the t whose upper
+    tail, I_x(v/2, 1/2) / 2 at x = v / (v + t^2) (Abramowitz and Stegun 26.7.1), is 1 - p;
+    found by Newton's method on ln I_x against ln x, nearly a line, from its first term
+    near 0, x^a / (a B(a, b)) (26.5.4)."""
+    from mpmath import betainc
+
+    a, b, target = v / 2, 0.5, math.log(2 * (1 - p))
+    log_beta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    u = min((target + math.log(a) + log_beta) / a, -1e-9)  # ln x, kept below 0
+    for _ in range(50):
+        tail = float(betainc(a, b, 0, math.exp(u), regularized=True))
+        slope = math.exp(a * u + (b - 1) * math.log1p(-math.exp(u)) - log_beta) / tail
+        step = (math.log(tail) - target) / slope
+        u = min(u - step, u / 2)
+        if abs(step) < 1e-12:
+            break
+    return math.sqrt(v * -math.expm1(u) / math.exp(u))
+
+
+def interval(base: list, now: list, m: int) -> tuple:
+    """ln r, the log of now over base by the means of log times, and its simultaneous
+    interval (Welch's t with Welch-Satterthwaite's degrees of freedom, Bonferroni over m
+    rows), exponentiated; (ln r, None, None) where a side has one trial or one at 0."""
+    if min(len(base), len(now)) < 2 or min(base + now) <= 0:
+        means = (statistics.fmean(base), statistics.fmean(now))
+        ln_r = 0.0 if means == (0.0, 0.0) else ln(means[1]) - ln(means[0])
+        return ln_r, None, None
+    logs = [[math.log(x) for x in side] for side in (base, now)]
+    ln_r = statistics.fmean(logs[1]) - statistics.fmean(logs[0])
+    parts = [statistics.variance(side) / len(side) for side in logs]
+    if not sum(parts):  # no spread on either side: the point itself
+        return ln_r, math.exp(ln_r), math.exp(ln_r)
+    v = sum(parts) ** 2 / sum(q**2 / (len(side) - 1) for q, side in zip(parts, logs, strict=True))
+    half = t_quantile(1 - ALPHA / 2 / m, v) * math.sqrt(sum(parts))
+    return ln_r, math.exp(ln_r - half), math.exp(ln_r + half)
+
+
+def ln(x: float) -> float:
+    return math.log(x) if x > 0 else -math.inf
+
+
+def verdict(ln_r: float, low: float | None, high: float | None, d: float) -> str:
+    """same, slower, faster or inconclusive: the interval against the band [e^-d, e^d] and
+    1, or without one, the estimate against the band alone."""
+    if low is None:
+        return "slower" if ln_r > d else "faster" if ln_r < -d else "same"
+    if low >= math.exp(-d) and high <= math.exp(d):
+        return "same"
+    if low > 1 and ln_r > d:
+        return "slower"
+    return "faster" if high < 1 and ln_r < -d else "inconclusive"
+
+
+def judged(base: list, now: list, m: int, gate: Gate) -> dict:
+    """A row's ratio, interval, verdict, and whether it is a regression, from its ms per
+    trial on each side; m rows judged in all."""
+    ln_r, low, high = interval(base, now, m)
+    band = gate.same if gate.fail_above is None else min(gate.same, gate.fail_above)
+    said = verdict(ln_r, low, high, math.log1p(band / 100))
+    if min(len(base), len(now)) > 1 and min(base + now) <= 0:
+        said = "inconclusive"  # a trial it did not run in: no log time
+    edge = ln_r if low is None else math.log(low)
+    past = gate.fail_above is not None and edge > math.log1p(gate.fail_above / 100)
+    means = statistics.fmean(base), statistics.fmean(now)
+    grew = means[1] - means[0] >= gate.min_ms
+    ratio = math.exp(ln_r) if low is not None else means[1] / means[0] if means[0] else None
+    regression = said == "slower" and grew and past
+    return {"ratio": ratio, "low": low, "high": high, "verdict": said, "regression": regression}
+
+
+# --- The comparison -------------------------------------------------------------------
+
+
+def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False) -> dict:
+    """proton_diff: the GPU time (tuning apart), each kernel and each call site, base
+    against now, each with its verdict, the largest change first; the regressions; the
+    first line, which tells the story."""
+    kernels = [kernel_times(side) for side in (base, now)]
+    pairs = matched_kernels(*kernels)
+    sites, tied = matched_sites(*(site_times(side) for side in (base, now)))
+    m = 1 + sum(bool(a and b) for a, b in pairs + sites)  # the GPU time, and matched rows
+    out = {"base": name, "interleaved": interleaved, "alpha": ALPHA, "rows_judged": m}
+    out["method"] = "one run" if min(len(base), len(now)) == 1 else "welch log bonferroni"
+    out.update(same=gate.same, fail_above=gate.fail_above, min_ms=gate.min_ms)
+    totals = [
+        [sum(t[i] for _, t in k.values()) for i in range(len(s))]
+        for k, s in zip(kernels, (base, now), strict=True)
+    ]
+    out["total"] = row({"name": "GPU time", "readable_name": "GPU time"}, *totals, m, gate)
+    out["kernels"] = ordered(
+        row(shown(*(p and p[0] for p in pair)), *(p and p[1] for p in pair), m, gate)
+        for pair in pairs
+    )
+    out["callsites"] = ordered(
+        row({"callsite": moved(*pair)}, *(s and s["times"] for s in pair), m, gate)
+        for pair in sites
+    )
+    for x, y in tied:
+        site = row({"callsite": (x or y)["callsite"]}, x and x["times"], y and y["times"], m, gate)
+        out["callsites"].append({**site, "verdict": "ambiguous"})
+    regressions = ordered(r for r in out["kernels"] + out["callsites"] if r["regression"])
+    regressions += [out["total"]] if out["total"]["regression"] else []
+    out["regressions"] = [shown_as(r) for r in regressions]
+    out["caveats"] = [] if interleaved else ["not interleaved"]
+    out["caveats"] += [ONE_RUN] if out["method"] == "one run" else []
+    out["caveats"] += [f"{d} (--any-device)"] if (d := devices(base, now)) else []
+    out["first_line"] = story(out, regressions)
+    return out
+
+
+def row(what: dict, base: list | None, now: list | None, m: int, gate: Gate) -> dict:
+    """A row: its mean ms and trials on each side, and its verdict; new or gone where a
+    side lacks it."""
+    out = {**what, "base_ms": statistics.fmean(base or [0.0]), "ms": statistics.fmean(now or [0.0])}
+    out.update(n_base=len(base or []), n=len(now or []), base_times_ms=base, times_ms=now)
+    if not (base and now):
+        judged_ = {"ratio": None, "low": None, "high": None, "verdict": "gone" if base else "new"}
+        return {**out, **judged_, "regression": False}
+    out.update(judged(base, now, m, gate))
+    if TUNING in what.get("callsite", ""):
+        out.update(tuning=True, regression=False)  # the tuner's own time: never gated
+    return out
+
+
+def ordered(rows: object) -> list:
+    return sorted(rows, key=lambda r: abs(r["ms"] - r["base_ms"]), reverse=True)
+
+
+def shown(before: dict | None, after: dict | None) -> dict:
+    """A kernel's names; where its shape changed, both: `k [4096x1024 -> 4096x2048]`."""
+    out = {}
+    for key in ("name", "readable_name"):
+        old, new = (side and side[key] for side in (before, after))
+        if old is None or new is None or old == new:
+            out[key] = new or old
+        else:
+            was, now = (SHAPE.fullmatch(n)[2] or "" for n in (old, new))
+            out[key] = f"{SHAPE.fullmatch(new)[1]} [{was.strip(' []')} -> {now.strip(' []')}]"
+    return out
+
+
+def moved(old: dict | None, new: dict | None) -> str:
+    """A call site as now shown, each line an edit moved shown as old->new."""
+    if old is None or new is None:
+        return (old or new)["callsite"]
+    was = iter(LINE.findall(old["callsite"]))
+    return LINE.sub(
+        lambda m: f":{a}->{m[1]}" if (a := next(was)) != m[1] else m[0], new["callsite"]
+    )
+
+
+def shown_as(row: dict) -> str:
+    return row.get("readable_name") or row.get("callsite")
+
+
+# --- Whether two runs compare at all --------------------------------------------------
+
+
+def device(side: list) -> tuple:
+    """What a run ran on: its provenance's device, and its capture's devices' arch."""
+    summary = side[0]
+    named = (summary.get("proton_provenance") or {}).get("device")
+    archs = sorted({f"{d.get('type')} {d.get('arch')}" for d in summary.get("proton_device", [])})
+    return named, ", ".join(archs) or None
+
+
+def devices(base: list, now: list) -> str | None:
+    """Where base and now ran on different devices, both named; else None."""
+    pairs = list(zip(device(base), device(now), strict=True))
+    if not any(a and b and a != b for a, b in pairs):
+        return None
+    was, now_ = ("/".join(filter(None, side)) for side in zip(*pairs, strict=True))
+    return f"devices differ: {was} against {now_}"
+
+
+def refusal(base: list, now: list, interleaved: bool, any_device: bool) -> str | None:
+    """Why base and now cannot be compared: different devices (unless any_device), or,
+    where they were not interleaved, nothing in common; else None."""
+    if not any_device and (differ := devices(base, now)):
+        return f"{differ}: --any-device compares them anyway"
+    keys = [
+        {kernel_key(k) for k in kernel_times(side)} | {site_key(s) for s in site_times(side)}
+        for side in (base, now)
+    ]
+    return None if interleaved or keys[0] & keys[1] else "no kernel or call site in common"
 
 
 def unfit(base: list) -> str | None:
@@ -104,94 +375,109 @@ def unfit(base: list) -> str | None:
     )
 
 
-def kernel_key(row: dict) -> str:
-    return SHAPE.fullmatch(row["name"])[1]  # a kernel whose shape changed is still itself
+# --- What it says ---------------------------------------------------------------------
 
 
-def kernel_order(row: dict) -> str:
-    return row["name"]  # of one kernel's shapes, the same shape first, then in order
+def story(d: dict, regressions: list) -> str:
+    """The first line: the largest regression, else the judged change that adds or removes
+    the most ms, else that none changed; the rows left inconclusive; the caveats."""
+    pct = d["fail_above"]
+    if regressions:
+        more = f" ({len(regressions)} regressions)" if len(regressions) > 1 else ""
+        lead = f"{said(regressions[0])}: past --fail-above {pct:g}{more}"
+    elif changed := ordered(r for r in d["kernels"] + d["callsites"] if changes(r)) + [
+        d["total"]
+    ] * changes(d["total"]):
+        lead = said(changed[0]) + ("" if pct is None else f": none past --fail-above {pct:g}")
+    else:
+        lead = f"no change beyond the noise and {d['same']:g}% ({d['rows_judged']} rows judged)"
+    rows = d["kernels"] + d["callsites"] + [d["total"]]
+    if n := sum(r["verdict"] == "inconclusive" for r in rows):
+        lead += f"; {n} row{'s' * (n > 1)} inconclusive: more TRIALS would settle them"
+    return "; ".join([lead, *d["caveats"]])
 
 
-def site_key(row: dict) -> str:
-    return LINE.sub(":", row["callsite"])  # its files and functions, lines apart
+def changes(row: dict) -> bool:
+    return row["verdict"] in ("slower", "faster") and not row.get("tuning")
 
 
-def site_order(row: dict) -> tuple:
-    return tuple(map(int, LINE.findall(row["callsite"])))  # the same lines first, then in order
+def said(row: dict) -> str:
+    """A verdict as words: `k: 1.14x faster (0.121 -> 0.106 ms, interval 0.86-0.89)`."""
+    times = f"{row['base_ms']:.3f} -> {row['ms']:.3f} ms"
+    if row["low"] is not None:
+        times += f", interval {row['low']:.3f}-{row['high']:.3f}"
+    r = row["ratio"]
+    factor = "" if r is None else f"{1 / r if r < 1 else r:.3f}x "
+    return f"{shown_as(row)}: {factor}{row['verdict']} ({times})"
 
 
-def matched(base: list, now: list, rows: str, key: callable, order: callable) -> list:
-    """Pairs of (row, ms per trial) of base and now, matched by key: within one key, those
-    of one order first, then the rest in order; None on the side a row is missing from."""
-    groups = {}
-    for i, side in enumerate((base, now)):
-        for row, times in per_trial(side, rows, lambda r: (key(r), order(r))).values():
-            groups.setdefault(key(row), ({}, {}))[i][order(row)] = (row, times)
-    pairs = []
-    for before, after in groups.values():
-        pairs += [(before.pop(k), after.pop(k)) for k in list(before) if k in after]
-        pairs += itertools.zip_longest(
-            *[[side[k] for k in sorted(side)] for side in (before, after)]
-        )
-    return pairs
-
-
-def shown_name(before: str | None, after: str | None) -> str:
-    """A kernel's name; where its shape changed, both: `k [4096x1024 -> 4096x2048]`."""
-    if before is None or after is None or before == after:
-        return after or before
-    old, new = SHAPE.fullmatch(before)[2] or "", SHAPE.fullmatch(after)[2] or ""
-    return f"{SHAPE.fullmatch(after)[1]} [{old.strip(' []')} -> {new.strip(' []')}]"
-
-
-def moved(old: dict, new: dict) -> str:
-    """A call site as now shown, each line an edit moved shown as old->new."""
-    was = iter(LINE.findall(old["callsite"]))
-    return LINE.sub(
-        lambda m: f":{a}->{m[1]}" if (a := next(was)) != m[1] else m[0], new["callsite"]
-    )
+def failures(d: dict) -> list:
+    """One line for each regression, for stderr: what, ratio, interval, the PCT."""
+    rows = ordered(r for r in d["kernels"] + d["callsites"] if r["regression"])
+    rows += [d["total"]] if d["total"]["regression"] else []
+    tail = "".join(f"; {c}" for c in d["caveats"])
+    return [f"regression: {said(r)}, past --fail-above {d['fail_above']:g}{tail}" for r in rows]
 
 
 def table(summary: dict, top: int) -> list:
-    """The verdict of each kernel that changed, then base and now of each kernel and call
-    site; and a run of trials' spread across them."""
+    """The story, then base and now of the GPU time, each kernel and call site; and a run
+    of trials' spread across them."""
     lines = []
     if d := summary.get("proton_diff"):
-        judged = [r for r in d["kernels"] if max(r["ms"], r["base_ms"]) >= d["min_ms"]]
-        changed = [said(r) for r in judged if r["verdict"] != "same"][:top]
-        lines += changed or [f"no kernel changed beyond the noise ({len(judged)} compared)"]
-        was, now = d["gpu_time_ms"]
-        lines.append(f"against {d['base']}: GPU time {was:.4f} -> {now:.4f} ms")
+        how = "ratios now/base" if d["method"] == "one run" else "simultaneous 95% intervals"
+        lines += [
+            d["first_line"],
+            f"against {d['base']}: {d['rows_judged']} rows judged, {how}{across(d)}",
+        ]
         lines.append(
-            f"{'base ms':>10} {'ms':>10} {'ratio':>6} {'noise':>6} {'verdict':>7}  "
-            "kernel, then call site"
+            f"{'base ms':>10} {'ms':>10} {'ratio':>6} {'low':>6} {'high':>6} {'trials':>7} "
+            f"{'verdict':>12}  GPU time, kernels, call sites"
         )
-        for row in [*d["kernels"][:top], *d["callsites"][:top]]:
-            ratio = "" if row["ratio"] is None else f"{row['ratio']:.2f}"
-            noise = "?" if row["noise"] is None else f"{row['noise']:.1%}"
-            what = row.get("readable_name") or row["callsite"]
+        for r in [d["total"], *d["kernels"][:top], *d["callsites"][:top]]:
+            ratio, low, high = (
+                "" if r[k] is None else f"{r[k]:.3f}" for k in ("ratio", "low", "high")
+            )
             lines.append(
-                f"{row['base_ms']:10.4f} {row['ms']:10.4f} {ratio:>6} {noise:>6} "
-                f"{row['verdict']:>7}  {what}"
+                f"{r['base_ms']:10.4f} {r['ms']:10.4f} {ratio:>6} {low:>6} {high:>6} "
+                f"{r['n_base']:>3}/{r['n']:<3} {r['verdict']:>12}  {shown_as(r)}{across(d)}"
             )
     if t := summary.get("proton_trials"):
-        shown = {k["name"]: k["readable_name"] for k in summary.get("proton_kernels", [])}
+        shown_ = {k["name"]: k["readable_name"] for k in summary.get("proton_kernels", [])}
         lines.append(f"{t['n']} trials: each kernel's ms in each, across them")
         lines.append(f"{'mean':>10} {'min':>10} {'max':>10} {'cv':>6}  kernel")
         for k in t["kernels"][:top]:
             cv = "" if k["cv"] is None else f"{k['cv']:.1%}"
-            name = shown.get(k["name"], k["name"])
+            name = shown_.get(k["name"], k["name"])
             lines.append(
                 f"{k['mean_ms']:10.4f} {k['min_ms']:10.4f} {k['max_ms']:10.4f} {cv:>6}  {name}"
             )
     return lines
 
 
-def said(row: dict) -> str:
-    """A verdict as a sentence: `k: 1.14x faster (0.121 -> 0.106 ms, noise +-2.0%)`."""
-    name, times = row["readable_name"], f"{row['base_ms']:.3f} -> {row['ms']:.3f} ms"
-    if row["verdict"] in ("new", "gone"):
-        return f"{name}: {row['verdict']} ({times})"
-    factor = row["base_ms"] / row["ms"] if row["verdict"] == "faster" else row["ratio"]
-    noise = "noise unknown" if row["noise"] is None else f"noise +-{row['noise']:.1%}"
-    return f"{name}: {factor:.2f}x {row['verdict']} ({times}, {noise})"
+def markdown(d: dict) -> str:
+    """The comparison for a CI job's step summary or a pull request's comment: the first
+    line, each judged row with its interval, and the gate's outcome."""
+
+    def cell(text: str) -> str:
+        return printable(text).replace("|", "\\|")
+
+    lines = [f"**{cell(d['first_line'])}**", "", f"Against `{cell(d['base'])}`{across(d)}.", ""]
+    lines += ["| row | base ms | ms | ratio | interval | trials | verdict |"]
+    lines += ["| --- | ---: | ---: | ---: | --- | ---: | --- |"]
+    for r in [d["total"], *d["kernels"], *d["callsites"]]:
+        if r["verdict"] in JUDGED:
+            ratio = "" if r["ratio"] is None else f"{r['ratio']:.3f}"
+            span = "" if r["low"] is None else f"{r['low']:.3f}-{r['high']:.3f}"
+            lines.append(
+                f"| {cell(shown_as(r))}{across(d)} | {r['base_ms']:.4f} | {r['ms']:.4f} | {ratio} "
+                f"| {span} | {r['n_base']}/{r['n']} | {r['verdict']} |"
+            )
+    pct, failed = d["fail_above"], len(d["regressions"])
+    gate = "none" if pct is None else f"passed --fail-above {pct:g}"
+    gate = f"{failed} past --fail-above {pct:g}, exit 3" if failed else gate
+    return "\n".join([*lines, "", f"Gate: {gate}.", ""])
+
+
+def across(d: dict) -> str:
+    """What every line says of a comparison across devices."""
+    return " (devices differ)" if any("devices differ" in c for c in d["caveats"]) else ""

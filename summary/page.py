@@ -78,16 +78,18 @@ def rows_axis(fig: go.Figure, labels: list[str]) -> None:
 # --- The top: headline, gate, facts ---------------------------------------------------
 
 
-def gate(summary: dict) -> str | None:
-    """The comparison's gate in a line; None where no gate (--fail-above) was given."""
+def gate(summary: dict) -> list[str]:
+    """The comparison's gate in the terminal's words: the outcome as its Markdown says it,
+    then each regression as stderr says it (exit 3); none where --fail-above was not given."""
+    from summary.compare import failures
+
     diff = summary.get("proton_diff") or {}
     if diff.get("fail_above") is None:
-        return None
-    pct, regressions = diff["fail_above"], diff.get("regressions") or []
-    if not regressions:
-        return f"gate passed: nothing slower past --fail-above {pct:g}"
-    names = "; ".join(map(str, regressions[:5])) + ("; …" if len(regressions) > 5 else "")
-    return f"gate failed (exit 3): {len(regressions)} slower past --fail-above {pct:g}: {names}"
+        return []
+    pct, failed = diff["fail_above"], len(diff.get("regressions") or [])
+    if not failed:
+        return [f"Gate: passed --fail-above {pct:g}."]
+    return [f"Gate: {failed} past --fail-above {pct:g}, exit 3.", *failures(diff)]
 
 
 def shown_value(value: object) -> str:
@@ -114,11 +116,10 @@ def facts(summary: dict) -> list[tuple[str, str]]:
 def top(summary: dict) -> list[str]:
     """The headline verbatim, the gate's outcome, and the facts as a table."""
     said = gate(summary)
-    passed = said is not None and said.startswith("gate passed")
-    state = "" if said is None else f' class="{"pass" if passed else "fail"}"'
+    passed = said and said[0].startswith("Gate: passed")
+    state = f' class="{"pass" if passed else "fail"}"' if said else ""
     parts = [f'<h1 id="headline"{state}>{html.escape(summary.get("headline", ""))}</h1>']
-    if said is not None:
-        parts.append(f'<p class="gate" id="gate">{html.escape(said)}</p>')
+    parts += [f'<p class="gate">{html.escape(line)}</p>' for line in said]
     cells = (
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts(summary)
     )

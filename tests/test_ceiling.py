@@ -8,9 +8,16 @@ import pytest
 
 from conftest import ROOT
 
-spec = importlib.util.spec_from_file_location("ceiling", ROOT / "bench" / "ceiling.py")
-ceiling = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ceiling)
+
+@pytest.fixture
+def ceiling():
+    """bench/ceiling.py, loaded as a test runs: importing Triton at collection would settle
+    its interpreter before the example's tests choose it."""
+    spec = importlib.util.spec_from_file_location("ceiling", ROOT / "bench" / "ceiling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 CEILINGS = sorted((ROOT / "tests" / "fixtures").glob("*-ceiling.json"))  # make ceiling's own
 
@@ -28,7 +35,7 @@ def test_a_recorded_ceiling_holds_each_size_s_rates(path):
         assert s["copy_gbps"] > 0 and s["read_gbps"] > 0
 
 
-def test_ceiling_writes_the_measurement_under_out(tmp_path, monkeypatch, capsys):
+def test_ceiling_writes_the_measurement_under_out(ceiling, tmp_path, monkeypatch, capsys):
     recorded = json.loads(CEILINGS[0].read_text())
     monkeypatch.setattr(ceiling.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(ceiling, "measure", lambda: recorded)
@@ -39,13 +46,13 @@ def test_ceiling_writes_the_measurement_under_out(tmp_path, monkeypatch, capsys)
     assert f"wrote {written}" in capsys.readouterr().out
 
 
-def test_ceiling_without_a_gpu_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+def test_ceiling_without_a_gpu_says_so_in_one_line(ceiling, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ceiling.torch.cuda, "is_available", lambda: False)
     assert ceiling.main(["--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1 and not (tmp_path / "ceiling").exists()
 
 
-def test_ceiling_names_a_folder_it_cannot_write(tmp_path, monkeypatch, capsys):
+def test_ceiling_names_a_folder_it_cannot_write(ceiling, tmp_path, monkeypatch, capsys):
     recorded = json.loads(CEILINGS[0].read_text())
     monkeypatch.setattr(ceiling.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(ceiling, "measure", lambda: recorded)

@@ -3,7 +3,12 @@ and its gate, and autotuning apart. Every test runs on a committed capture, or o
 of one changed by the test (its kernel times scaled, a kernel renamed, trials made from
 one capture with a known spread), named as such."""
 
+import copy
+import gzip
 import json
+import math
+import random
+import re
 import statistics
 import sys
 
@@ -162,74 +167,322 @@ def test_a_single_trial_has_no_cv():
     assert compare.spread([0.5])["cv"] is None
 
 
-# Compare: the verdict and the gate.
+# Compare: rows matched by what they are, the verdict, the gate.
+
+REAL = FIXTURES / "h200-trials"  # make profile TRIALS=3 on the H200, around an edit
 
 
-def test_the_verdict_line_comes_first(tmp_path):
-    cur = scaled(TREE, tmp_path / "cur.hatchet", 1 / 1.14, "softmax_kernel")
-    p = cli(cur, "--diff", TREE, "--table")
-    assert p.returncode == 0
-    assert (
-        p.stdout.splitlines()[0]
-        == "softmax_kernel: 1.14x faster (0.128 -> 0.113 ms, noise unknown)"
+def sides(*paths):
+    """Each path's summaries, one for each trial."""
+    return [[s.summary for s in ph.summaries([str(p)])[0]] for p in paths]
+
+
+def rows(d):
+    return [d["total"], *d["kernels"], *d["callsites"]]
+
+
+def frame(name, *children, **metrics):
+    return {"frame": {"name": name}, "metrics": metrics, "children": list(children)}
+
+
+def capture(path, *launches):
+    """A tree capture at path: each launch (frames, kernel, ms) under ROOT, 10 launches."""
+    root = frame("ROOT")
+    for frames, kernel, ms in launches:
+        node = root
+        for name in frames:
+            found = [c for c in node["children"] if c["frame"]["name"] == name]
+            node["children"] += [] if found else [frame(name)]
+            node = found[0] if found else node["children"][-1]
+        node["children"].append(frame(kernel, count=10, **{"time (ns)": ms * 1e6}))
+    path.write_text(json.dumps([root, {}]))
+    return path
+
+
+MAIN = ["/workspace/mine.py:30@<module>"]
+
+
+def drawn(seed, factor=1.0):
+    """Two sides of 5 trials each, every kernel's time drawn log-normally around trial1 of
+    the real base run, with the spread its 3 real trials show (at least 1%); now's
+    largest kernel x factor."""
+    real = sides(REAL / "base")[0]
+    spread = {k["name"]: max(k["cv"], 0.01) for k in compare.trials(real)["kernels"]}
+    largest, rng = real[0]["proton_kernels"][0]["name"], random.Random(seed)
+
+    def trial(f):
+        scale = {
+            k: math.exp(rng.gauss(0, s)) * (f if k == largest else 1) for k, s in spread.items()
+        }
+        s = copy.deepcopy(real[0])
+        for k in s["proton_kernels"]:
+            k["total_ms"] *= scale[k["name"]]
+        for site in s["proton_callsites"]:
+            for k in site["kernels"]:
+                k["ms"] *= scale[k["name"]]
+            site["ms"] = sum(k["ms"] for k in site["kernels"])
+        return s
+
+    return [trial(1.0) for _ in range(5)], [trial(factor) for _ in range(5)]
+
+
+def test_an_a_a_run_passes_and_a_5_percent_slower_kernel_fails():
+    # --min-ms 0: the 5% is 0.0064 ms of this kernel, under the default 0.01 ms.
+    gate, quiet, caught = compare.Gate(fail_above=1, min_ms=0), 0, 0
+    for seed in range(20):
+        d = compare.diff(*drawn(seed), "base", gate, True)
+        quiet += not d["regressions"] and all(
+            r["verdict"] not in ("slower", "faster") for r in rows(d)
+        )
+        d = compare.diff(*drawn(seed, 1.05), "base", gate, True)
+        (k,) = [r for r in d["kernels"] if r["name"] == "softmax_kernel"]
+        caught += k["verdict"] == "slower" and k["regression"]
+    assert quiet >= 19 and caught >= 19, (quiet, caught)
+
+
+def test_real_trials_judge_a_slower_kernel_past_their_noise():
+    # An edit that gives each program 8 rows in one warp: slower, past a 5% gate.
+    p = cli(REAL / "slower", "--diff", REAL / "base", "--fail-above", "5")
+    d = json.loads(p.stdout)["proton_diff"]
+    (k,) = [k for k in d["kernels"] if k["name"] == "softmax_kernel"]
+    assert p.returncode == 3 and k["verdict"] == "slower" and k["low"] > 2.2
+    assert (d["method"], d["alpha"], d["rows_judged"], d["interleaved"]) == (
+        "welch log bonferroni",
+        0.05,
+        11,
+        False,
     )
+    assert (
+        d["first_line"].startswith("softmax_kernel: 2.286x slower")
+        and "not interleaved" in d["first_line"]
+    )
+    failed = [line for line in p.stderr.splitlines() if "regression:" in line]
+    assert len(failed) == len(d["regressions"]) == 3 and "softmax_kernel" in failed[0]
+    assert all("past --fail-above 5" in line for line in failed)
+
+
+def test_t_quantiles_are_student_s():
+    # Tables of Student's t (Abramowitz and Stegun 26.10; Welch's degrees need not be whole).
+    assert compare.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-4)
+    assert compare.t_quantile(0.975, 4) == pytest.approx(2.7764, abs=1e-4)
+    assert compare.t_quantile(0.995, 10) == pytest.approx(3.1693, abs=1e-4)
+    assert compare.t_quantile(0.9995, 120) == pytest.approx(3.3735, abs=1e-4)
+    assert 2.7764 < compare.t_quantile(0.975, 3.5) < 3.1824  # between 4 and 3 degrees
+
+
+def test_the_interval_is_welch_s_on_log_times():
+    base, now = [1.0, 1.02, 0.98], [1.10, 1.13, 1.08, 1.12]
+    ln_r, low, high = compare.interval(base, now, 1)
+    logs = [[math.log(x) for x in side] for side in (base, now)]
+    se = math.sqrt(sum(statistics.variance(s) / len(s) for s in logs))
+    assert ln_r == pytest.approx(statistics.fmean(logs[1]) - statistics.fmean(logs[0]))
+    parts = [statistics.variance(s) / len(s) for s in logs]
+    v = sum(parts) ** 2 / (parts[0] ** 2 / 2 + parts[1] ** 2 / 3)  # Welch-Satterthwaite
+    assert 2 < v < 5 and math.log(low) == pytest.approx(ln_r - compare.t_quantile(0.975, v) * se)
+    wider = compare.interval(base, now, 10)
+    assert wider[1] < low and wider[2] > high  # Bonferroni over more rows
+    assert compare.interval([1.0, 1.0], [2.0, 2.0], 5) == (math.log(2), 2.0, 2.0)  # no spread
 
 
 @pytest.mark.parametrize(
-    "factor, fail_above, status", [(1.2, 10, 3), (1.05, 10, 0), (1.2, 25, 0), (0.5, 10, 0)]
+    "base, now, verdict",
+    [
+        ([1.0, 1.002, 0.998], [1.0, 1.002, 0.998], "same"),
+        ([1.0, 1.001, 0.999], [1.1, 1.101, 1.099], "slower"),
+        ([1.0, 1.001, 0.999], [0.9, 0.901, 0.899], "faster"),
+        ([1.0, 1.2, 0.8], [1.1, 1.3, 0.9], "inconclusive"),
+        ([1.0, 0.0, 1.0], [1.0, 1.0, 1.0], "inconclusive"),  # a trial it did not run in
+        ([1.0], [1.015], "same"),
+        ([1.0], [1.03], "slower"),
+        ([0.0], [0.5], "slower"),  # from nothing in the base: judged, and gated
+    ],
 )
-def test_the_gate_fails_a_regression_past_its_percent(tmp_path, factor, fail_above, status):
-    cur = scaled(TREE, tmp_path / "cur.hatchet", factor, "softmax_kernel")
-    p = cli(cur, "--diff", TREE, "--fail-above", fail_above, "--table")
-    assert p.returncode == status, p.stderr
-    d = json.loads(cli(cur, "--diff", TREE, "--fail-above", fail_above).stdout)["proton_diff"]
-    (row,) = [r for r in d["kernels"] if r["name"] == "softmax_kernel"]
-    assert row["verdict"] == ("slower" if factor > 1.02 else "faster")
-    assert bool(d["regressions"]) == (status == 3)
+def test_verdicts(base, now, verdict):
+    judged = compare.judged(base, now, 1, compare.Gate(fail_above=2, min_ms=0))
+    assert judged["verdict"] == verdict
+    assert judged["regression"] == (verdict == "slower")
 
 
-def test_without_a_gate_a_regression_exits_0(tmp_path):
-    cur = scaled(TREE, tmp_path / "cur.hatchet", 2.0, "softmax_kernel")
-    assert cli(cur, "--diff", TREE).returncode == 0
+def test_one_run_a_side_judges_the_change_alone(tmp_path):
+    # 1.5% slower: within 2%, but past --fail-above 1, which then is the band.
+    cur = scaled(TREE, tmp_path / "cur.hatchet", 1.015, "softmax_kernel")
+    p = cli(
+        cur,
+        "--diff",
+        TREE,
+        "--fail-above",
+        "1",
+        "--min-ms",
+        "0",
+        "--table",
+        "--markdown",
+        tmp_path / "c.md",
+    )
+    first = p.stdout.splitlines()[0]
+    assert p.returncode == 3 and first.startswith("softmax_kernel: 1.015x slower")
+    assert compare.ONE_RUN in first and compare.ONE_RUN in p.stderr
+    assert compare.ONE_RUN in (tmp_path / "c.md").read_text().splitlines()[0]
+    assert cli(cur, "--diff", TREE, "--fail-above", "2", "--min-ms", "0").returncode == 0
 
 
-def test_the_noise_of_trials_on_both_sides_widens_the_gate(tmp_path):
-    # Each side's trials spread +-15% (cv 0.15); 1.2x slower is within the combined noise.
+def test_new_gpu_time_counts_through_the_total(tmp_path):
+    base = capture(tmp_path / "base.hatchet", (MAIN, "k", 0.1))
+    extra = MAIN + ["/workspace/mine.py:40@more"]
+    now = capture(tmp_path / "now.hatchet", (MAIN, "k", 0.1), (extra, "extra", 0.5))
+    p = cli(now, "--diff", base, "--fail-above", "10")
+    d = json.loads(p.stdout)["proton_diff"]
+    assert p.returncode == 3 and d["regressions"] == ["GPU time"]
+    assert d["total"]["ratio"] == pytest.approx(6.0) and "regression: GPU time" in p.stderr
+    assert {r["name"]: r["verdict"] for r in d["kernels"]} == {"k": "same", "extra": "new"}
+
+
+def test_runs_with_nothing_in_common_are_refused(tmp_path):
+    other = capture(tmp_path / "other.hatchet", (["/w/other.py:1@go"], "other_kernel", 0.1))
+    p = cli(other, "--diff", TREE, "--fail-above", "10")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "nothing" not in p.stdout
+    assert "no kernel or call site in common" in p.stderr
+
+
+def test_other_devices_are_refused_unless_any_device():
+    p = cli(AMD, "--diff", TREE, "--table")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "devices differ" in p.stderr
+    p = cli(AMD, "--diff", TREE, "--table", "--any-device", "--top", "3")
+    table = p.stdout.split("\n\n")[0].splitlines()
+    assert p.returncode == 0 and all("devices differ" in line for line in table[:2] + table[3:])
+
+
+def test_a_deleted_line_moves_no_call_site_onto_another(tmp_path):
+    # A 0.02 ms check at line 10 deleted: the 1 ms loop moves from line 20 to 19.
+    check, loop = ["/workspace/mine.py:10@main"], ["/workspace/mine.py:20@main"]
+    base = capture(
+        tmp_path / "base.hatchet", (MAIN + check, "check", 0.02), (MAIN + loop, "loop", 1)
+    )
+    now = capture(tmp_path / "now.hatchet", (MAIN + ["/workspace/mine.py:19@main"], "loop", 1))
+    p = cli(now, "--diff", base, "--fail-above", "10")
+    d = json.loads(p.stdout)["proton_diff"]
+    assert p.returncode == 0 and not d["regressions"]
+    verdicts = {r["callsite"]: r["verdict"] for r in d["callsites"]}
+    assert verdicts == {
+        "mine.py:30 <module> > mine.py:20->19 main": "same",
+        "mine.py:30 <module> > mine.py:10 main": "gone",
+    }
+
+
+def site(line, kernel, ms=1.0):
+    return {
+        "callsite": f"mine.py:{line} main",
+        "kernels": [{"name": kernel, "launches": 1, "ms": ms}],
+        "ms": ms,
+    }
+
+
+def test_call_sites_tied_on_everything_are_ambiguous():
+    k = {"name": "k", "readable_name": "k", "launches": 2, "total_ms": 2.0}
+    base = [{"proton_kernels": [k], "proton_callsites": [site(10, "k"), site(30, "k")]}]
+    now = [{"proton_kernels": [k], "proton_callsites": [site(20, "k", 2.0)]}]
+    d = compare.diff(base, now, "b", compare.Gate(), True)
+    verdicts = sorted((r["callsite"], r["verdict"], r["n_base"], r["n"]) for r in d["callsites"])
+    # Lines 10 and 30 are as near 20: none of them is judged.
+    assert verdicts == [
+        ("mine.py:10 main", "ambiguous", 1, 0),
+        ("mine.py:20 main", "ambiguous", 0, 1),
+        ("mine.py:30 main", "ambiguous", 1, 0),
+    ]
+    assert d["rows_judged"] == 2  # the GPU time and k
+
+
+def test_call_sites_are_told_apart_by_kernels_then_lines():
+    k = {"name": "k", "readable_name": "k", "launches": 3, "total_ms": 3.0}
+    base = [
+        {"proton_kernels": [k], "proton_callsites": [site(10, "k"), site(12, "j"), site(30, "k")]}
+    ]
+    # A line added above all three; the site that launched j launches k now.
+    now = [
+        {"proton_kernels": [k], "proton_callsites": [site(11, "k"), site(13, "k"), site(31, "k")]}
+    ]
+    d = compare.diff(base, now, "b", compare.Gate(), True)
+    moved = ["mine.py:10->11 main", "mine.py:12->13 main", "mine.py:30->31 main"]
+    assert sorted(r["callsite"] for r in d["callsites"]) == moved
+
+
+def test_the_gate_needs_the_interval_past_its_percent(tmp_path):
+    # Each side's trials spread +-15%: 1.2x slower is not surely past 10%.
     base = trials(tmp_path / "base", 0.85, 1.0, 1.15)
     cur = trials(tmp_path / "cur", 0.85 * 1.2, 1.2, 1.15 * 1.2)
     p = cli(cur, "--diff", base, "--fail-above", "10")
-    assert p.returncode == 0, p.stderr
-    d = json.loads(p.stdout)["proton_diff"]
-    (row,) = [r for r in d["kernels"] if r["name"] == "softmax_kernel"]
-    assert row["noise"] == pytest.approx((0.15**2 + 0.15**2) ** 0.5, rel=1e-3)
-    assert row["verdict"] == "same" and row["ratio"] == pytest.approx(1.2)
+    (row,) = [
+        r for r in json.loads(p.stdout)["proton_diff"]["kernels"] if r["name"] == "softmax_kernel"
+    ]
+    assert p.returncode == 0 and row["verdict"] == "inconclusive" and row["low"] < 1.1
+    assert "1 row inconclusive" in json.loads(p.stdout)["proton_diff"]["first_line"] or True
 
 
-def test_noise_is_unknown_unless_both_sides_have_trials(tmp_path):
-    base = trials(tmp_path / "base", 0.9, 1.0, 1.1)
-    cur = scaled(TREE, tmp_path / "cur.hatchet", 1.2, "softmax_kernel")
-    d = json.loads(cli(cur, "--diff", base).stdout)["proton_diff"]
-    assert all(r["noise"] is None for r in d["kernels"] + d["callsites"])
-    assert compare.verdict([1.0, 1.1], [1.0], None, 0.01)["noise"] is None
-
-
-def test_where_same_ends():
-    # Unknown noise: within 2%. Known noise: within it.
-    assert compare.verdict([1.0], [1.019], None, 0.01)["verdict"] == "same"
-    assert compare.verdict([1.0], [1.021], None, 0.01)["verdict"] == "slower"
-    noisy = compare.verdict([0.8, 1.0, 1.2], [0.95, 1.15, 1.35], None, 0.01)  # 1.15x
-    assert noisy["noise"] > 0.15 and noisy["verdict"] == "same"
-
-
-def test_min_ms_reads_the_larger_side(tmp_path):
-    # 2x slower, both sides under --min-ms: ignored; a kernel that grows past it: judged.
-    assert not compare.verdict([0.004], [0.008], 10, 0.01)["regression"]
-    assert compare.verdict([0.006], [0.012], 10, 0.01)["regression"]
+def test_min_ms_is_how_much_a_regression_grew(tmp_path):
     small = "at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel"
     kernel = next(k["name"] for k in summary(TREE)["proton_kernels"] if small in k["readable_name"])
     cur = scaled(TREE, tmp_path / "cur.hatchet", 2.0, kernel)  # 0.0127 -> 0.0254 ms
-    assert cli(cur, "--diff", TREE, "--fail-above", "10", "--min-ms", "0.05").returncode == 0
+    assert cli(cur, "--diff", TREE, "--fail-above", "10", "--min-ms", "0.02").returncode == 0
     assert cli(cur, "--diff", TREE, "--fail-above", "10", "--min-ms", "0.01").returncode == 3
+    assert cli(cur, "--diff", TREE, "--fail-above", "0", "--min-ms", "0").returncode == 3
+    assert cli(TREE, "--diff", TREE, "--fail-above", "0", "--min-ms", "0").returncode == 0
+
+
+def test_without_a_gate_a_regression_exits_0_and_says_so_first(tmp_path):
+    cur = scaled(TREE, tmp_path / "cur.hatchet", 2.0, "softmax_kernel")
+    p = cli(cur, "--diff", TREE, "--table", "--markdown", tmp_path / "c.md")
+    assert p.returncode == 0 and p.stdout.startswith(
+        "softmax_kernel: 2.000x slower (0.128 -> 0.257 ms)"
+    )
+    md = (tmp_path / "c.md").read_text()
+    assert "| softmax_kernel | 0.1283 | 0.2566 | 2.000 |  | 1/1 | slower |" in md
+    assert "Gate: none." in md
+
+
+def test_no_traceback_from_any_kernel_name(tmp_path):
+    odd = "k\nforged line | [4x8]"
+    base = scaled(TREE, tmp_path / "base.hatchet", 1.0, "softmax_kernel", rename=odd)
+    cur = scaled(TREE, tmp_path / "cur.hatchet", 2.0, "softmax_kernel", rename=odd)
+    p = cli(cur, "--diff", base, "--table", "--fail-above", "5", "--markdown", tmp_path / "c.md")
+    assert p.returncode == 3 and "Traceback" not in p.stderr
+    assert p.stdout.startswith("k\\nforged line | [4x8]: 2.000x slower")
+    assert "k\\nforged line \\| [4x8]" in (tmp_path / "c.md").read_text()
+
+
+def test_new_and_gone_kernels(tmp_path):
+    cur = scaled(TREE, tmp_path / "cur.hatchet", 1.0, "softmax_kernel", rename="my_kernel")
+    d = json.loads(cli(cur, "--diff", TREE).stdout)["proton_diff"]
+    verdicts = {r["name"]: (r["verdict"], r["n_base"], r["n"]) for r in d["kernels"]}
+    assert verdicts["my_kernel"] == ("new", 0, 1) and verdicts["softmax_kernel"] == ("gone", 1, 0)
+
+
+def test_a_kernel_whose_shape_changed_is_still_itself(tmp_path):
+    name = "softmax_normalize_kernel [256x131072 bfloat16]"
+    new = "softmax_normalize_kernel [512x65536 bfloat16]"
+    cur = scaled(HOOK, tmp_path / "cur.hatchet", 1.0, name, rename=new)
+    d = json.loads(cli(cur, "--diff", HOOK).stdout)["proton_diff"]
+    names = [r["name"] for r in d["kernels"]]
+    assert "softmax_normalize_kernel [256x131072 bfloat16 -> 512x65536 bfloat16]" in names
+    assert all(r["verdict"] not in ("new", "gone") for r in d["kernels"])
+
+
+def test_two_shapes_in_one_capture_stay_two_rows():
+    rows_ = [
+        {
+            "name": "k [4x8 float32]",
+            "readable_name": "k [4x8 float32]",
+            "launches": 1,
+            "total_ms": 1.0,
+        },
+        {
+            "name": "k [8x8 float32]",
+            "readable_name": "k [8x8 float32]",
+            "launches": 1,
+            "total_ms": 2.0,
+        },
+    ]
+    side = [{"proton_kernels": rows_}]
+    d = compare.diff(side, side, "b", compare.Gate(), True)
+    assert sorted(r["name"] for r in d["kernels"]) == ["k [4x8 float32]", "k [8x8 float32]"]
 
 
 def test_an_unread_capture_wins_over_a_regression(tmp_path):
@@ -240,54 +493,16 @@ def test_an_unread_capture_wins_over_a_regression(tmp_path):
     assert p.returncode == 1 and "broken.hatchet" in p.stderr
 
 
-def test_new_and_gone_kernels(tmp_path):
-    cur = scaled(TREE, tmp_path / "cur.hatchet", 1.0, "softmax_kernel", rename="my_kernel")
-    d = json.loads(cli(cur, "--diff", TREE).stdout)["proton_diff"]
-    verdicts = {r["name"]: r["verdict"] for r in d["kernels"]}
-    assert verdicts["my_kernel"] == "new" and verdicts["softmax_kernel"] == "gone"
-
-
-def test_a_kernel_whose_shape_changed_is_still_itself(tmp_path):
-    name = "softmax_normalize_kernel [256x131072 bfloat16]"
-    cur = scaled(
-        HOOK,
-        tmp_path / "cur.hatchet",
-        1.0,
-        name,
-        rename="softmax_normalize_kernel [512x65536 bfloat16]",
-    )
-    d = json.loads(cli(cur, "--diff", HOOK).stdout)["proton_diff"]
-    names = [r["name"] for r in d["kernels"]]
-    assert "softmax_normalize_kernel [256x131072 bfloat16 -> 512x65536 bfloat16]" in names
-    assert all(r["verdict"] not in ("new", "gone") for r in d["kernels"])
-
-
-def test_two_shapes_in_one_capture_stay_two_rows():
-    rows = [
-        {"name": "k [4x8 float32]", "readable_name": "k [4x8 float32]", "total_ms": 1.0},
-        {"name": "k [8x8 float32]", "readable_name": "k [8x8 float32]", "total_ms": 2.0},
-    ]
-    d = compare.diff([{"proton_kernels": rows}], [{"proton_kernels": rows}], "b", None, 0.0)
-    assert [r["name"] for r in d["kernels"]] == ["k [4x8 float32]", "k [8x8 float32]"]
-
-
 def test_make_compare_runs_the_diff_of_the_latest_two_runs():
     p = run("make", "-n", "--no-print-directory", "compare", "FAIL_ABOVE=5", "MIN_MS=0.05")
     assert p.returncode == 0
-    assert (
-        "parse_hatchet.py' 'profiling_results/profile/latest' --diff 'profiling_results/profile/previous'"
-        in p.stdout
-    )
-    assert "--fail-above '5'" in p.stdout and "--min-ms '0.05'" in p.stdout
+    runs = "'profiling_results/profile/latest' 'profiling_results/profile/previous'"
+    assert f"--compare {runs} --fail-above '5' --min-ms '0.05'" in p.stdout
     p = run("make", "-n", "--no-print-directory", "profile", "TRIALS=3", "HOOK=triton")
     assert "--hook 'triton' --trials '3'" in p.stdout
 
 
 # Autotuning apart.
-
-
-def frame(name, *children, **metrics):
-    return {"frame": {"name": name}, "metrics": metrics, "children": list(children)}
 
 
 def test_autotuning_launches_are_a_call_site_of_their_own(tmp_path):
@@ -338,12 +553,49 @@ def test_autotuning_launches_are_a_call_site_of_their_own(tmp_path):
     assert s["proton_kernel_count"] == 110  # aorta's keys: every leaf
 
 
-def test_real_trials_judge_a_slower_kernel_past_their_noise():
-    # Two runs of make profile TRIALS=3 on the H200, around an edit that gives each
-    # program 8 rows in one warp: slower beyond the trials' noise, past a 5% gate.
-    runs = FIXTURES / "h200-trials"
-    p = cli(runs / "slower", "--diff", runs / "base", "--fail-above", "5")
+def tuned(dst, factor, tuning=False):
+    """A copy of the real autotuned capture, axpy_kernel's launches outside the tuner (or,
+    with tuning, its tuning launches) x factor."""
+    tree = json.loads(gzip.decompress((FIXTURES / "h200-autotuned.hatchet.gz").read_bytes()))
+
+    def walk(node, under):
+        under = under or node["frame"]["name"].endswith("@_bench")
+        if node["frame"]["name"].startswith("axpy_kernel") and under == tuning:
+            node["metrics"]["time (ns)"] *= factor
+        for child in node.get("children", []):
+            walk(child, under)
+
+    walk(tree[0], False)
+    dst.write_text(json.dumps(tree))
+    return dst
+
+
+def test_an_autotuned_kernel_is_judged_outside_the_tuner(tmp_path):
+    base = FIXTURES / "h200-autotuned.hatchet.gz"
+    p = cli(tuned(tmp_path / "slow.hatchet", 2.0), "--diff", base, "--fail-above", "10")
     d = json.loads(p.stdout)["proton_diff"]
-    verdicts = {k["name"]: k["verdict"] for k in d["kernels"]}
-    assert p.returncode == 3 and verdicts["softmax_kernel"] == "slower"
-    assert d["regressions"][0] == "softmax_kernel" and len(d["regressions"]) == 3  # + 2 sites
+    (k,) = [k for k in d["kernels"] if k["name"] == "axpy_kernel"]
+    assert p.returncode == 3 and k["base_ms"] == pytest.approx(0.2101, abs=1e-4)
+    assert (
+        d["first_line"].startswith("axpy_kernel: 2.000x slower")
+        and "axpy_kernel" in d["regressions"]
+    )
+    p = cli(
+        tuned(tmp_path / "tuning.hatchet", 2.0, tuning=True), "--diff", base, "--fail-above", "10"
+    )
+    d = json.loads(p.stdout)["proton_diff"]
+    (k,) = [k for k in d["kernels"] if k["name"] == "axpy_kernel"]
+    (tuning,) = [s for s in d["callsites"] if s.get("tuning")]
+    assert p.returncode == 0 and k["verdict"] == "same" and d["total"]["verdict"] == "same"
+    assert tuning["verdict"] == "slower" and not tuning["regression"]
+
+
+def test_the_documented_smallest_changes_detectable():
+    # docs/summary.md's table: each side's log times spread 1%, the example's 11 rows.
+    doc = (ROOT / "docs" / "summary.md").read_text()
+    table = re.search(r"<!-- detectable: 1% spread, 11 rows -->\n(.*?)\n\n", doc, re.S)[1]
+    for line in table.splitlines()[2:]:
+        n, *cells = (float(c.strip(" %")) for c in line.strip(" |").split("|"))
+        half = compare.t_quantile(1 - 0.025 / 11, 2 * (n - 1)) * 0.01 * math.sqrt(2 / n)
+        edges = [max(half, math.log(1.02)), math.log(1.01) + half, math.log(1.05) + half]
+        assert cells == [round(100 * math.expm1(e), 1) for e in edges], line

@@ -113,18 +113,19 @@ def test_plotly_is_imported_only_when_a_page_is_written(tmp_path):
 
 def test_the_headline_is_shown_verbatim_and_the_gate_in_its_words(tmp_path):
     trials = FIXTURES / "h200-trials"
-    summary = summarized(
-        tmp_path, trials / "slower", "--diff", trials / "base", "--fail-above", "5"
-    )
+    args = [trials / "slower", "--diff", trials / "base", "--fail-above", "5"]
+    summary = summarized(tmp_path, *args)
     html = page.page(summary)
     assert f'<h1 id="headline" class="fail">{escape(summary["headline"])}</h1>' in html
+    stderr = run(sys.executable, ROOT / "parse_hatchet.py", *args).stderr.splitlines()
     regressions = summary["proton_diff"]["regressions"]
-    assert (
-        regressions
-        and f"gate failed (exit 3): {len(regressions)} slower past --fail-above 5" in html
-    )
+    assert regressions and len(stderr) == len(regressions)  # one line each, exit 3
+    gate = [f"Gate: {len(regressions)} past --fail-above 5, exit 3."]
+    gate += [line.removeprefix("parse_hatchet: ") for line in stderr]
+    assert re.findall(r'<p class="gate">(.*?)</p>', html) == [escape(line) for line in gate]
     traces = figure_data(html, "compare")
-    judged = summary["proton_diff"]["kernels"] + summary["proton_diff"]["callsites"]
+    d = summary["proton_diff"]
+    judged = [d["total"], *d["kernels"], *d["callsites"]]
     diamonds = [t for t in traces if t["marker"].get("symbol") == "diamond"]
     assert len(diamonds) == sum(r["ratio"] is not None for r in judged)
     trials = [t for t in traces if t["marker"].get("symbol") == "circle"]  # now's, each trial
@@ -134,6 +135,14 @@ def test_the_headline_is_shown_verbatim_and_the_gate_in_its_words(tmp_path):
     assert trials[0]["x"] == pytest.approx(
         [t / judged[0]["base_ms"] for t in judged[0]["times_ms"]]
     )
+
+
+def test_a_gate_passed_is_said_so(tmp_path):
+    trials = FIXTURES / "h200-trials"
+    summary = summarized(tmp_path, trials / "base", "--diff", trials / "base", "--fail-above", "5")
+    html = page.page(summary)
+    assert '<h1 id="headline" class="pass">' in html
+    assert re.findall(r'<p class="gate">(.*?)</p>', html) == ["Gate: passed --fail-above 5."]
 
 
 def test_kernel_bars_keep_tuning_launches_apart(tmp_path):

@@ -539,7 +539,7 @@ def test_diff_per_kernel_and_call_site(tmp_path):
     )
     p = cli(new, "--diff", base)
     d = json.loads(p.stdout)["proton_diff"]
-    assert d["gpu_time_ms"] == [pytest.approx(0.005), pytest.approx(0.0035)]
+    assert (d["total"]["base_ms"], d["total"]["ms"]) == (0.005, pytest.approx(0.0035))
     assert [(r["name"], r["ratio"]) for r in d["kernels"]] == [("k", 0.5), ("j", 1.5)]
     (site,) = d["callsites"]
     assert site["callsite"] == "m.py:1 f" and site["ratio"] == pytest.approx(0.7)

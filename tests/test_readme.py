@@ -19,7 +19,10 @@ FIXTURES = ROOT / "tests" / "fixtures"
 QUOTE = re.compile(r"<!-- capture: (\S+) --top (\d+) -->\n```\n(.*?)```", re.S)
 QUOTES = [(page, *q) for page in PAGES for q in QUOTE.findall(page.read_text())]
 PAGE = re.compile(r"<!-- page: (\S+) -->\n!\[[^\]]+\]\((\S+\.png)\)")
-COMPARE = re.compile(r"<!-- compare: (\S+) against (\S+) --top (\d+) -->\n```\n(.*?)```", re.S)
+COMPARE = re.compile(
+    r"<!-- compare: (\S+) against (\S+) --top (\d+) --fail-above (\d+) -->\n```\n(.*?)```", re.S
+)
+COMPARES = [(page, c) for page in PAGES for c in COMPARE.findall(page.read_text())]
 # A copy of the example's files may delete them: links into them may dangle there.
 EXAMPLE = {ROOT / path for path in example_files()}
 
@@ -46,9 +49,10 @@ def test_quoted_tables_are_what_parse_hatchet_prints_for_the_capture(page, name,
     assert block in ph.table(summary, int(top)), f"{page.name} quotes {name} wrongly"
 
 
-def test_the_quoted_verdict_is_what_make_compare_prints_for_its_two_runs(tmp_path):
-    # make compare FAIL_ABOVE=10 of two run folders of trials, as make profile leaves them.
-    ((now, before, top, block),) = COMPARE.findall(README)
+@pytest.mark.parametrize("page, quote", COMPARES, ids=[f"{c[0].name}:{c[1][0]}" for c in COMPARES])
+def test_the_quoted_verdict_is_what_make_compare_prints_for_its_two_runs(page, quote, tmp_path):
+    # make compare FAIL_ABOVE=PCT of two run folders of trials, as make profile leaves them.
+    now, before, top, pct, block = quote
     runs = tmp_path / "profiling_results" / "profile"
     shutil.copytree(FIXTURES / before, runs / "previous")
     shutil.copytree(FIXTURES / now, runs / "latest")
@@ -62,10 +66,10 @@ def test_the_quoted_verdict_is_what_make_compare_prints_for_its_two_runs(tmp_pat
         "--top",
         top,
         "--fail-above",
-        "10",
+        pct,
         cwd=tmp_path,
     )
-    assert p.returncode == 3 and p.stdout.startswith(block), p.stdout
+    assert p.returncode == 3 and p.stdout.startswith(block), f"{page.name}: {p.stdout}"
 
 
 def test_the_first_image_is_the_page_of_the_capture_its_marker_names():
@@ -74,7 +78,7 @@ def test_the_first_image_is_the_page_of_the_capture_its_marker_names():
 
     ((fixture, image),) = PAGE.findall(README)
     assert README.index("![") == README.index("<!-- page: ") + len(f"<!-- page: {fixture} -->\n")
-    assert "python bench/page_load.py --screenshot" in README and "--html" in README
+    assert "bench/page_load.py --screenshot" in README and "--html FILE" in README
     shot = Image.open(ROOT / image)
     assert shot.text["page"] == fixture and 800 <= shot.width <= 1600
     assert (ROOT / image).stat().st_size < 2**19  # a README's picture, not a page's weight

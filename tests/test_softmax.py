@@ -45,7 +45,9 @@ def assert_close(y, ref):
     ulp = (finfo.eps * torch.exp2(exponent.float() - 1)).clamp(min=finfo.smallest_normal)
     err = (y.float() - ref).abs()
     same = (y.float() == ref) | (y.isnan() & ref.isnan())
-    assert (same | (err <= ulp)).all(), f"{(err / ulp)[~same].max():.1f} ulps off"
+    # One ulp, not half: the interpreter's cast to bfloat16 truncates; 1% of an ulp more
+    # for float32's own rounding of the same sum, which torch adds in another order.
+    assert (same | (err <= 1.01 * ulp)).all(), f"{(err / ulp)[~same].max():.3f} ulps off"
 
 
 def randn(rows, cols, dtype=torch.float32, scale=1.0):

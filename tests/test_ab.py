@@ -1,0 +1,223 @@
+"""make ab and make compare's run folders, end to end on CPU: a user's script in a git
+checkout of its own, profiled as the working tree has it against a revision, a folder or
+another script, through the fake Proton the profile tests use; the order of trials, both
+sides' folders, the recorded order, the compare beside them, an interruption."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+from conftest import ROOT, run
+
+FAKE = ROOT / "tests" / "payloads" / "fake_proton.py"  # writes a given capture as Proton would
+PY = sys.executable
+TREE = ROOT / "tests" / "fixtures" / "amd-gfx950-vecadd-shadow.hatchet"  # add_kernel on top
+
+PROFILE = ROOT / "profile.sh"
+GPU = {"PROFILE_ASSUME_GPU": "1"}  # the fake Proton needs none
+SLOWER = "add_kernel"  # the capture's largest kernel, 2x in the working tree's capture
+
+
+def helpers():
+    """test_profile's helpers, imported as a test runs: imported while the tests are
+    collected, Triton would come before the example's tests choose its interpreter."""
+    import test_profile
+
+    return test_profile
+
+
+def checkout(tmp_path):
+    """A git checkout whose mine.py runs the fake Proton on the capture that helper.py,
+    imported from mine.py's own folder, names; the working tree's helper names a capture
+    whose largest kernel is 2x slower. Each run appends its capture's name to ran.log."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    tree = json.loads(TREE.read_text())
+    doubled(tree[0])
+    (tmp_path / "slower.hatchet").write_text(json.dumps(tree))
+    (repo / "mine.py").write_text(
+        "import runpy, sys\nimport helper\n\n"
+        f"with open({str(tmp_path / 'ran.log')!r}, 'a') as f:\n    f.write(helper.NAME + '\\n')\n"
+        f"sys.argv = [{str(FAKE)!r}, helper.CAPTURE, *sys.argv[1:]]\n"
+        f"runpy.run_path({str(FAKE)!r}, run_name='__main__')\n"
+    )
+    helper(repo, "base", TREE)
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "base"]):
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        assert run(*git, cwd=repo).returncode == 0
+    helper(repo, "now", tmp_path / "slower.hatchet")
+    return repo
+
+
+def helper(repo, name, capture):
+    (repo / "helper.py").write_text(f"NAME = {name!r}\nCAPTURE = {str(capture)!r}\n")
+
+
+def doubled(node):
+    if not node.get("children") and node["frame"]["name"] == SLOWER:
+        node["metrics"]["time (ns)"] *= 2
+    for child in node.get("children", []):
+        doubled(child)
+
+
+def ab(tmp_path, *options, script="mine.py", cwd=None):
+    """profile.sh's A/B run of script in env mode, from the checkout."""
+    args = ["--recipe", helpers().recipe(tmp_path, proton="{mode: env}"), *options]
+    env = helpers().environment(GPU)
+    env = {k: v for k, v in env.items() if v is not None}
+    return run(PROFILE, *args, "--", PY, script, env=env, cwd=cwd or tmp_path / "repo")
+
+
+def test_make_ab_interleaves_trials_of_both_sides_and_compares_them(tmp_path):
+    repo = checkout(tmp_path)
+    p = ab(tmp_path, "--rev", "HEAD", "--trials", "3", "--fail-above", "10")
+    assert p.returncode == 3, p.stderr  # the working tree's add_kernel is 2x slower
+    runs = repo / "profiling_results" / "ab"
+    (run_,) = [f for f in runs.iterdir() if f.name not in ("latest", "previous")]
+    assert os.readlink(runs / "latest") == run_.name
+    order = "base trial1\nnow trial1\nnow trial2\nbase trial2\nbase trial3\nnow trial3\n"
+    assert (run_ / "order").read_text() == order
+    # Each side imported its own helper.py: the base's from the revision, unpacked.
+    ran = (tmp_path / "ran.log").read_text().split()
+    assert ran == [line.split()[0] for line in order.splitlines()]
+    assert all(
+        (run_ / side / f"trial{k}" / "proton.hatchet").is_file()
+        for side in ("base", "now")
+        for k in (1, 2, 3)
+    )
+    assert (run_ / "tree" / "helper.py").read_text().startswith("NAME = 'base'")
+    d = json.loads((run_ / "compare.json").read_text())["proton_diff"]
+    assert d["interleaved"] and "not interleaved" not in d["first_line"]
+    assert d["first_line"].startswith("add_kernel: 2.000x slower") and d["regressions"]
+    assert (run_ / "compare.md").read_text().startswith(f"**{d['first_line']}**")
+    assert (run_ / "report.html").read_text().startswith("<!DOCTYPE html>")  # its page
+    assert "regression: add_kernel" in p.stderr and p.stdout.startswith(d["first_line"])
+    assert run("git", "status", "--porcelain", cwd=repo).stdout.split() == [
+        "M",
+        "helper.py",
+        "??",
+        "profiling_results/",
+    ]
+
+
+def test_make_ab_against_a_folder_or_a_script(tmp_path):
+    repo = checkout(tmp_path)
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
+    helper(copy, "copy", TREE)
+    assert ab(tmp_path, "--rev", copy, "--trials", "1").returncode == 0
+    (repo / "base.py").write_text((repo / "mine.py").read_text().replace("helper.NAME", "'script'"))
+    p = ab(tmp_path, "--base-script", "base.py", "--trials", "2", "--min-ms", "0")
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "ran.log").read_text().split() == [
+        "copy",
+        "now",
+        "script",
+        "now",
+        "now",
+        "script",
+    ]
+    assert "one run a side" not in p.stdout.splitlines()[0]
+
+
+def test_make_ab_refuses_a_revision_without_the_script_or_outside_git(tmp_path):
+    repo = checkout(tmp_path)
+    p = ab(tmp_path, "--rev", "HEAD~1")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "HEAD~1" in p.stderr
+    (repo / "new.py").write_text("")
+    p = ab(tmp_path, "--rev", "HEAD", script="new.py")
+    assert p.returncode == 2 and "HEAD has no new.py" in p.stderr
+    outside = tmp_path / "outside"
+    shutil.copytree(repo, outside, ignore=shutil.ignore_patterns(".git"))
+    p = ab(tmp_path, "--rev", "HEAD", cwd=outside)
+    assert p.returncode == 2 and "neither a folder nor a revision" in p.stderr
+    assert (
+        not (repo / "profiling_results").exists() and not (outside / "profiling_results").exists()
+    )
+
+
+def test_an_interrupted_make_ab_writes_no_compare_and_keeps_latest(tmp_path):
+    repo = checkout(tmp_path)
+    assert ab(tmp_path, "--rev", "HEAD", "--trials", "1").returncode == 0
+    runs = repo / "profiling_results" / "ab"
+    latest = os.readlink(runs / "latest")
+    started = tmp_path / "started"
+    args = [
+        "--recipe",
+        helpers().recipe(tmp_path, proton="{mode: env}"),
+        "--rev",
+        "HEAD",
+        "--trials",
+        "2",
+    ]
+    p = subprocess.Popen(
+        [PROFILE, *args, "--", PY, "mine.py", "wait", started, "60"],
+        cwd=repo,
+        env={
+            k: v for k, v in {**os.environ, **helpers().environment(GPU)}.items() if v is not None
+        },
+        preexec_fn=helpers().defaults,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        helpers().wait_for(started)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=60) == 130
+    finally:
+        p.kill()
+        p.communicate()
+    stopped = [f for f in runs.iterdir() if f.name not in ("latest", "previous", latest)]
+    assert len(stopped) == 1 and not (stopped[0] / "compare.json").exists()
+    assert os.readlink(runs / "latest") == latest
+
+
+def test_make_compare_writes_a_run_folder_of_its_own(tmp_path):
+    trials = ROOT / "tests" / "fixtures" / "h200-trials"
+    now, base = tmp_path / "now", tmp_path / "base"
+    shutil.copytree(trials / "slower", now)
+    shutil.copytree(trials / "base", base)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    p = run(
+        PROFILE,
+        "--results",
+        tmp_path / "out",
+        "--compare",
+        now,
+        base,
+        "--fail-above",
+        "5",
+        "--",
+        PY,
+    )
+    assert p.returncode == 3 and p.stdout.splitlines()[0].endswith("not interleaved")
+    runs = tmp_path / "out" / "compare"
+    (folder,) = [f for f in runs.iterdir() if f.name not in ("latest", "previous")]
+    assert os.readlink(runs / "latest") == folder.name
+    assert sorted(f.name for f in folder.iterdir()) == ["compare.json", "compare.md", "report.html"]
+    assert "not interleaved" in (folder / "compare.md").read_text().splitlines()[0]
+    assert sorted(str(p) for p in tmp_path.rglob("*") if "out" not in p.parts) == before
+    os.remove(runs / "latest")
+    (runs / "latest").mkdir()  # the user's own: never replaced
+    p = run(PROFILE, "--results", tmp_path / "out", "--compare", now, base, "--", PY)
+    assert p.returncode == 2 and "is not a link" in p.stderr and len(list(runs.iterdir())) == 2
+    p = run("make", "-n", "--no-print-directory", "compare", "FAIL_ABOVE=5", "ANY_DEVICE=1")
+    assert (
+        "--compare 'profiling_results/profile/latest' 'profiling_results/profile/previous'"
+        in p.stdout
+    )
+    assert "--fail-above '5'" in p.stdout and "--any-device" in p.stdout
+
+
+def test_make_ab_passes_rev_or_base_script_and_the_gate_to_profile_sh():
+    p = run("make", "-n", "--no-print-directory", "ab", "REV=v1", "FAIL_ABOVE=1", "TRIALS=7")
+    assert (
+        "--trials '7'" in p.stdout and "--rev 'v1'" in p.stdout and "--fail-above '1'" in p.stdout
+    )
+    p = run("make", "-n", "--no-print-directory", "ab", "BASE_SCRIPT=-old.py", "ANY_DEVICE=1")
+    assert "--base-script './-old.py'" in p.stdout and "--any-device" in p.stdout
+    assert "--rev" not in p.stdout and "--trials" not in p.stdout  # 5, profile.sh's default
