@@ -35,7 +35,7 @@ white-space: pre-wrap } h1 { padding: .6em .8em; background: #f3f5f8; border-lef
 1.15em; margin: 1.4em 0 .3em; border-bottom: 1px solid #ddd } table { font-size: .9em }
 th { text-align: left; font-weight: 500; color: #555; padding-right: 1.2em; vertical-align: top;
 white-space: nowrap } td { font-family: ui-monospace, monospace; word-break: break-word }
-p.caption { color: #444; font-size: .9em; margin: .2em 0 }"""
+p.caption { color: #444; font-size: .9em } p.caption, p.gate { margin: .2em 0 }"""
 
 
 class Figure(NamedTuple):
