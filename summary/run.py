@@ -299,11 +299,24 @@ def short_names(files: set) -> dict:
     return names
 
 
+@functools.cache
+def proton_specs() -> object:
+    """The installed Proton's device specs (triton/profiler/specs.py), loaded alone: the
+    file imports nothing, and importing Triton for it would cost each summary 0.14 s."""
+    import importlib.util
+
+    path = next(p for p in PACKAGES if p.endswith("/triton/")) + "profiler/specs.py"
+    module = importlib.util.module_from_spec(
+        importlib.util.spec_from_file_location("proton_specs", path)
+    )
+    module.__spec__.loader.exec_module(module)
+    return module
+
+
 def peak_bandwidth(type_: str, info: dict) -> float | None:
     """A device's nominal peak memory bandwidth, GB/s, by Proton's specs as proton-viewer."""
     try:
-        from triton.profiler.specs import max_bps
-
+        max_bps = proton_specs().max_bps
         bps = max_bps(type_, info.get("arch"), info["bus_width"], info["memory_clock_rate"])
         return number(bps / 1e9) or None
     except Exception:  # no Triton here, or a device or field the specs do not know
