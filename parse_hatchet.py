@@ -237,8 +237,10 @@ def headline(summary: dict) -> str:
     if k["launches"]:
         line += f", {k['launches']} launches of {k['mean_us']:.2f} us"
     if k.get("gbyte_per_s"):
-        line += f", {k['gbyte_per_s']:.0f} GB/s"
-        line += f" ({k['pct_of_peak_bw']:.0%} of peak)" if k.get("pct_of_peak_bw") else ""
+        shares = [f"{k['pct_of_peak_bw']:.0%} of peak"] if k.get("pct_of_peak_bw") else []
+        if "pct_of_ceiling_bw" in k:
+            shares.append(f"{k['pct_of_ceiling_bw']:.0%} of the measured copy")
+        line += f", {k['gbyte_per_s']:.0f} GB/s" + (f" ({', '.join(shares)})" if shares else "")
         line += " [L2-resident]" if k.get("l2_resident") else ""
     return line
 

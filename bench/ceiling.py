@@ -4,12 +4,13 @@ timed at power-of-two sizes from 1 MiB to 4 GiB, beside the device's L2 size.
     python bench/ceiling.py [--out FOLDER]       (or: make ceiling; a GPU only)
 
 Writes FOLDER/ceiling/<device>.json (FOLDER: profiling_results), replaced atomically:
-{"device", "arch", "sm_count", "l2_bytes", "triton", "torch", "sizes": [{"bytes",
-"copy_gbps", "read_gbps"}]}, where arch and sm_count name the model as Proton's captures
-do, `bytes` is the buffer read, and copy_gbps counts the bytes read plus the bytes
-written. Each time is the median of CUDA-graph replays (do_bench_cudagraph), the way a
-benchmark replays a kernel: a buffer that fits the L2 is read from it, and its rate can
-pass the memory's own. Sizes that do not fit the free memory are left out.
+{"device", "arch", "sm_count", "memory_bus_bits", "l2_bytes", "triton", "torch",
+"sizes": [{"bytes", "copy_gbps", "read_gbps"}]}, where arch, sm_count and memory_bus_bits
+name the model as Proton's captures do, `bytes` is the buffer read, and copy_gbps counts
+the bytes read plus the bytes written. Each time is the median of CUDA-graph replays
+(do_bench_cudagraph), the way a benchmark replays a kernel: a buffer that fits the L2 is
+read from it, and its rate can pass the memory's own. Sizes that do not fit the free
+memory are left out.
 Exit status: 0 written, 2 no GPU or a folder that cannot be written.
 """
 
@@ -69,7 +70,11 @@ def rate(size: int) -> dict | None:
 
 
 def measure() -> dict:
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    # The memory bus as Proton's own captures record it: the H100 and H200 share an arch
+    # and an SM count, and differ in it.
+    bus = triton.runtime.driver.active.utils.get_device_properties(index).get("mem_bus_width")
     sizes = []
     for size in SIZES:
         if (r := rate(size)) is not None:
@@ -80,6 +85,7 @@ def measure() -> dict:
         "device": torch.cuda.get_device_name(),
         "arch": props.gcnArchName.split(":")[0] if hip else f"{props.major}{props.minor}",
         "sm_count": props.multi_processor_count,
+        "memory_bus_bits": bus,
         "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
         "triton": triton.__version__,
         "torch": torch.__version__,

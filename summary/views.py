@@ -79,12 +79,14 @@ def rates(k: Kernel, devices: dict, ceilings: list) -> dict:
 def against_ceiling(rate: float, launch_bytes: float, device: dict | None, ceilings: list) -> dict:
     """rate as a share of the copy measured on the device's model (`make ceiling`) at the
     nearest size at or above a launch's bytes, and whether those bytes fit its L2."""
-    model = device and (device["arch"], device["sm_count"])
-    ceiling = next((c for c in ceilings if (c.get("arch"), c.get("sm_count")) == model), None)
+    keys = ("arch", "sm_count", "memory_bus_bits")  # the H100 and H200 differ in the last
+    model = device and tuple(device[key] for key in keys)
+    ceiling = next((c for c in ceilings if tuple(c.get(key) for key in keys) == model), None)
     sizes = sorted(ceiling["sizes"], key=lambda s: s["bytes"]) if ceiling else []
     if not sizes:
         return {}
-    size = next((s for s in sizes if s["bytes"] >= launch_bytes), sizes[-1])
+    # A copy of a buffer moves it twice (read, written), as a launch's bytes count both.
+    size = next((s for s in sizes if 2 * s["bytes"] >= launch_bytes), sizes[-1])
     l2 = launch_bytes <= (ceiling.get("l2_bytes") or 0)
     return {"pct_of_ceiling_bw": rate / size["copy_gbps"], "l2_resident": l2}
 

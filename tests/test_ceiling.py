@@ -25,7 +25,16 @@ CEILINGS = sorted((ROOT / "tests" / "fixtures").glob("*-ceiling.json"))  # make 
 @pytest.mark.parametrize("path", CEILINGS, ids=lambda p: p.name)
 def test_a_recorded_ceiling_holds_each_size_s_rates(path):
     r = json.loads(path.read_text())
-    assert set(r) == {"device", "arch", "sm_count", "l2_bytes", "triton", "torch", "sizes"}
+    assert set(r) == {
+        "device",
+        "arch",
+        "sm_count",
+        "memory_bus_bits",
+        "l2_bytes",
+        "triton",
+        "torch",
+        "sizes",
+    }
     assert isinstance(r["device"], str) and isinstance(r["arch"], str)  # as Proton names them
     assert r["sm_count"] > 0 and r["l2_bytes"] > 0
     sizes = [s["bytes"] for s in r["sizes"]]

@@ -85,12 +85,13 @@ def test_a_kernel_that_recorded_bytes_shows_its_share_of_the_peak():
     assert torch_kernels and all("pct_of_peak_bw" not in k for k in torch_kernels)  # no bytes
 
 
-def ceiling(folder, l2_bytes=50 * 2**20, arch="90", sm_count=132):
+def ceiling(folder, l2_bytes=50 * 2**20, arch="90", sm_count=132, bus=6016):
     """A recorded `make ceiling` of an H200: the copy's GB/s at each size, and its L2."""
     sizes = [
         {"bytes": 2**n, "copy_gbps": 1000.0 * n, "read_gbps": 1100.0 * n} for n in (20, 27, 28)
     ]
     record = {"device": "NVIDIA H200", "arch": arch, "sm_count": sm_count, "l2_bytes": l2_bytes}
+    record["memory_bus_bits"] = bus
     (folder / "ceiling").mkdir(exist_ok=True)
     (folder / "ceiling" / "h200.json").write_text(json.dumps({**record, "sizes": sizes}))
     return folder / "ceiling"
@@ -111,8 +112,9 @@ def test_a_launch_that_fits_the_l2_is_said_to_be_l2_resident(tmp_path):
     assert all(k["l2_resident"] for k in s["proton_kernels"] if "gbyte_per_s" in k)
     p = cli(HOOK, "--table", "--ceiling", ceiling(tmp_path, l2_bytes=2**28))
     assert "softmax_normalize_kernel [256x131072 bfloat16] [L2-resident]" in p.stdout
-    other = strict_json(cli(HOOK, "--ceiling", ceiling(tmp_path, arch="100")).stdout)
-    assert all("pct_of_ceiling_bw" not in k for k in other["proton_kernels"])  # another model
+    for other_model in (dict(arch="100"), dict(bus=5120)):  # a B200; an H100, as an H200's arch
+        other = strict_json(cli(HOOK, "--ceiling", ceiling(tmp_path, **other_model)).stdout)
+        assert all("pct_of_ceiling_bw" not in k for k in other["proton_kernels"])
 
 
 def test_above_the_peak_is_shown_not_clamped(tmp_path):
