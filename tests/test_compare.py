@@ -601,3 +601,27 @@ def test_the_documented_smallest_changes_detectable():
         half = compare.t_quantile(1 - 0.025 / 11, 2 * (n - 1)) * 0.01 * math.sqrt(2 / n)
         edges = [max(half, math.log(1.02)), math.log(1.01) + half, math.log(1.05) + half]
         assert cells == [round(100 * math.expm1(e), 1) for e in edges], line
+
+
+# make ab of the example on an H100, 5 trials a side in rounds AB, BA, ...: with no edit,
+# and with softmax_kernel given 8192-element tiles of 1 KiB a thread (paths made neutral).
+AB = FIXTURES / "h100-ab-aa", FIXTURES / "h100-ab-edit"
+
+
+def test_an_a_a_run_on_the_h100_passes_a_1_percent_gate_with_no_row_slower_or_faster():
+    run = AB[0]
+    p = cli(run / "now", "--diff", run / "base", "--fail-above", "1")
+    d = json.loads(p.stdout)["proton_diff"]
+    assert p.returncode == 0 and d["interleaved"] and d["regressions"] == []
+    verdicts = {r["verdict"] for r in [d["total"], *d["kernels"], *d["callsites"]]}
+    assert not verdicts & {"slower", "faster"}
+
+
+def test_a_slower_kernel_on_the_h100_is_slower_and_fails_a_5_percent_gate():
+    run = AB[1]
+    p = cli(run / "now", "--diff", run / "base", "--fail-above", "5")
+    d = json.loads(p.stdout)["proton_diff"]
+    (k,) = [r for r in d["kernels"] if r["name"] == "softmax_kernel"]
+    assert p.returncode == 3 and k["verdict"] == "slower" and k["low"] > 2
+    assert d["first_line"].startswith("softmax_kernel: 2.165x slower")
+    assert "regression: softmax_kernel: 2.165x slower" in p.stderr
