@@ -68,3 +68,20 @@ def test_ceiling_names_a_folder_it_cannot_write(ceiling, tmp_path, monkeypatch, 
     (tmp_path / "ceiling").write_text("a file where the folder goes")
     assert ceiling.main(["--out", str(tmp_path)]) == 2
     assert "ceiling: error: cannot write" in capsys.readouterr().err
+
+
+def test_the_documented_headline_of_the_h100_run_with_its_ceiling_is_what_the_summary_says():
+    import re
+    import subprocess
+    import sys
+
+    doc = (ROOT / "docs" / "summary.md").read_text()
+    name, ceiling_name, quoted = re.search(
+        r"<!-- headline: (\S+) --ceiling (\S+) -->\n\s*```\n\s*(.*?)\n", doc
+    ).groups()
+    fixtures = ROOT / "tests" / "fixtures"
+    argv = [sys.executable, ROOT / "parse_hatchet.py", fixtures / name]
+    p = subprocess.run(
+        [*argv, "--ceiling", fixtures / ceiling_name], capture_output=True, text=True
+    )
+    assert p.returncode == 0 and json.loads(p.stdout)["headline"] == quoted
