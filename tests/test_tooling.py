@@ -111,3 +111,14 @@ def test_annotations_are_asked_of_the_repository_s_modules_and_never_of_a_user_s
     (tmp_path / "proton_launch.py").write_text(ours)
     p = run(RUFF, "check", "--select", "ANN", "--output-format", "concise", ".", cwd=tmp_path)
     assert p.returncode == 1 and "proton_launch.py" in p.stdout and "mine" not in p.stdout
+
+
+def test_no_product_file_is_over_500_lines():
+    # The product: what a user runs or copies, the example included (bench, tests, docs apart).
+    listed = run("git", "ls-files", "*.py", "*.sh", "Makefile", ":!bench", ":!tests", ":!docs")
+    if listed.returncode:
+        pytest.skip("not a git checkout")
+    long = {
+        f: n for f in listed.stdout.split() if (n := len((ROOT / f).read_text().splitlines())) > 500
+    }
+    assert not long, long
