@@ -69,7 +69,8 @@ def readable(name: str) -> str:
                 text = text[:i].removeprefix("void ")
                 break
     short = elided(text, 2) if "<" in text else text
-    return short if len(short) <= MAX_NAME else elided(text, 1)[: MAX_NAME * 4]
+    short = short if len(short) <= MAX_NAME else elided(text, 1)
+    return short if len(short) <= MAX_NAME else short[: MAX_NAME - 1] + "…"
 
 
 def elided(name: str, keep: int) -> str:
@@ -137,9 +138,10 @@ def problem(run: Run, unread: list, records: dict, world_size: int | None) -> st
 
 
 def missing_ranks(run: Run, world_size: int | None) -> list:
-    """{"file", "rank", "why"} of each rank of world_size that wrote no capture read."""
-    ranks = {rank for rank, *_ in run.per_file} - {None}
-    missing = sorted(set(range(world_size or 0)) - ranks) if ranks else []
+    """{"file", "rank", "why"} of each rank of world_size that wrote no capture read (a
+    capture whose name gives no rank is rank 0's, as one process's is)."""
+    ranks = {rank or 0 for rank, *_ in run.per_file}
+    missing = sorted(set(range(world_size or 0)) - ranks)
     if missing:  # one line, however many
         more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
         listed = ", ".join(map(str, missing[:8])) + more
@@ -320,12 +322,6 @@ def whole(text: str, most: int = 10**9) -> int:
     return int(text)
 
 
-def positive(text: str) -> float:
-    if not 0 < (number(text) or 0) < 1e15:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text[:30]!r}")
-    return number(text)
-
-
 def percent(text: str) -> float:
     value = number(text)
     if value is None or not 0 <= value < 1e15:
@@ -380,9 +376,12 @@ def ceilings(path: str | None) -> list:
     folder = Path(path)
     found = sorted(folder.glob("*.json")) if folder.is_dir() else [folder]
     try:
-        return [json.loads(f.read_bytes()) for f in found]
+        records = [json.loads(f.read_bytes()) for f in found]
     except (OSError, ValueError) as e:
-        raise Refused(f"--ceiling {path[:200]}: {e}") from None
+        raise Refused(f"--ceiling {path[:200]}: {getattr(e, 'strerror', None) or e}") from None
+    if not all(isinstance(r, dict) and isinstance(r.get("sizes"), list) for r in records):
+        raise Refused(f"--ceiling {path[:200]}: not make ceiling's records")
+    return records
 
 
 def summaries(

@@ -390,7 +390,8 @@ def story(d: dict, regressions: list) -> str:
     ] * changes(d["total"]):
         lead = said(changed[0]) + ("" if pct is None else f": none past --fail-above {pct:g}")
     else:
-        lead = f"no change beyond the noise and {d['same']:g}% ({d['rows_judged']} rows judged)"
+        band = min(d["same"], d["fail_above"] if d["fail_above"] is not None else d["same"])
+        lead = f"no change beyond the noise and {band:g}% ({d['rows_judged']} rows judged)"
     rows = d["kernels"] + d["callsites"] + [d["total"]]
     if n := sum(r["verdict"] == "inconclusive" for r in rows):
         lead += f"; {n} row{'s' * (n > 1)} inconclusive: more TRIALS would settle them"

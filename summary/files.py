@@ -244,6 +244,8 @@ def write_output(path: str | Path, data: bytes | str, inputs: set = frozenset())
         with open(path, "wb") as f:
             f.write(data)
         return
+    if not target.parent.is_dir():
+        raise Refused(f"no folder {shown(target.parent)} to write in")
     import tempfile  # here: most runs write no file
 
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:32]}.")

@@ -22,6 +22,7 @@ AORTA_KEYS = "proton_kernel_count proton_gpu_time_ms proton_top_kernel_ms proton
 AORTA_KEYS = (*AORTA_KEYS.split(), "proton_artifact_dir")
 TOP = 30  # rows of a figure of bars or points; the caption counts the rest
 SITES = 40  # call sites drawn on the timeline
+MOST = 200  # call sites in the icicle, ranks in their bars: a page's size is bounded
 LABEL = 60  # characters of a name on an axis; hover shows it whole
 ROW_PX, MARGIN_PX = 26, 110
 BLUE, PALE, ORANGE, GREEN, GREY = "#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#8c8c8c"
@@ -240,7 +241,7 @@ def callsites(summary: dict) -> Figure | None:
     # id (a node's path from the root; a kernel's holds a NUL, which no frame does) ->
     # label, parent, hover, ms, colour
     nodes = {"all": ["all call sites", "", "all call sites", 0.0, "#e8edf3"]}
-    for site in sites:
+    for site in sites[:MOST]:  # the largest first
         parent = "all"
         for frame in frames(site["callsite"]):  # a node's id: its path from the root
             node = f"{parent}\n{frame}"
@@ -267,6 +268,7 @@ def callsites(summary: dict) -> Figure | None:
     )
     fig.update_layout(height=520, margin={"t": 10, "l": 10, "r": 10, "b": 10})
     caption = ["Each frame as wide as the GPU time launched under it; click to zoom in."]
+    caption += more(sites, MOST, "call sites")
     return Figure("callsites", "Call sites (icicle of the folded stacks)", caption, fig)
 
 
@@ -325,6 +327,7 @@ def ranks(summary: dict) -> Figure | None:
     rows = summary.get("proton_ranks") or []
     if not rows:
         return None
+    every, rows = rows, rows[:MOST]
     fig, words = go.Figure(), [f"{r.get('kernel_count')} launches" for r in rows]
     fig.add_bar(
         x=[f"rank {r['rank']}" for r in rows], y=[r["gpu_time_ms"] for r in rows], text=words
@@ -339,7 +342,7 @@ def ranks(summary: dict) -> Figure | None:
         caption.append(
             f"rank {skew['rank']} starts its GPU work last, {skew['ms']:.3f} ms after the first"
         )
-    return Figure("ranks", "Ranks", caption, fig)
+    return Figure("ranks", "Ranks", caption + more(every, MOST, "ranks"), fig)
 
 
 def scopes(summary: dict) -> Figure | None:
@@ -386,10 +389,9 @@ def points(fig: go.Figure, at: int, times: list | None, mean: float | None, base
 
 
 def interval(row: dict) -> tuple[float, float]:
-    """A row's interval: low and high where judged so, else its ratio +- its noise."""
-    ratio, noise = row["ratio"], row.get("noise") or 0.0
+    """A row's interval, or its ratio alone where there is none (one run a side)."""
     if row.get("low") is None or row.get("high") is None:
-        return ratio * (1 - noise), ratio * (1 + noise)
+        return row["ratio"], row["ratio"]
     return row["low"], row["high"]
 
 

@@ -111,7 +111,7 @@ def timelines(run: Run, sites: dict) -> list:
     for path, launches in by_process.values():
         rank = {} if rank_of[path] is None else {"rank": rank_of[path]}
         out += [{**rank, **entry} for entry in timeline(launches, sites)]
-    return out
+    return sorted(out, key=lambda entry: entry["kernel_ms"], reverse=True)  # across ranks
 
 
 def timeline(launches: list, sites: dict) -> list:

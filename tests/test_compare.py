@@ -625,3 +625,11 @@ def test_a_slower_kernel_on_the_h100_is_slower_and_fails_a_5_percent_gate():
     assert p.returncode == 3 and k["verdict"] == "slower" and k["low"] > 2
     assert d["first_line"].startswith("softmax_kernel: 2.165x slower")
     assert "regression: softmax_kernel: 2.165x slower" in p.stderr
+
+
+def test_the_first_line_names_the_band_the_rows_were_judged_at():
+    run = AB[0]
+    p = cli(run / "now", "--diff", run / "base", "--fail-above", "1")
+    assert json.loads(p.stdout)["proton_diff"]["first_line"].startswith(
+        "no change beyond the noise and 1% (11 rows judged)"
+    )

@@ -74,7 +74,7 @@ def test_a_page_not_written_is_named_in_one_line_and_the_status_stays_the_summar
     assert p.returncode == 0
     assert (
         p.stderr
-        == f"parse_hatchet: no page written to {tmp_path / 'no' / 'p.html'}: No such file or directory\n"
+        == f"parse_hatchet: no page written to {tmp_path / 'no' / 'p.html'}: no folder {tmp_path / 'no'} to write in\n"
     )
     assert json.loads((tmp_path / "s.json").read_text())["proton_kernel_count"] == 26
 
@@ -216,3 +216,19 @@ def test_the_page_of_a_trace_of_200_call_sites_and_200000_launches_is_at_most_10
     )
     assert len(json.loads((tmp_path / "s.json").read_text())["proton_timeline"]) == 200
     assert (tmp_path / "p.html").stat().st_size <= 10 * 2**20
+
+
+def test_a_page_draws_at_most_its_largest_call_sites_and_ranks_and_counts_the_rest(tmp_path):
+    summary = summarized(tmp_path, HOOK)
+    site = summary["proton_callsites"][0]
+    summary["proton_callsites"] = [
+        {**site, "callsite": f"mine.py:{i} f > mine.py:{i} g", "ms": 1.0 / (i + 1)}
+        for i in range(5000)
+    ]
+    summary["proton_ranks"] = [
+        {"rank": r, "gpu_time_ms": 1.0, "kernel_count": 1, "files": []} for r in range(5000)
+    ]
+    html = page.page(summary)
+    assert len(html) < 6 * 2**20  # 4.6 MiB of plotly.js, and 200 of each drawn
+    assert "and 4800 more call sites in summary.json" in html
+    assert "and 4800 more ranks in summary.json" in html
