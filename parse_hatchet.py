@@ -229,7 +229,7 @@ def headline(summary: dict) -> str:
     """The summary in one line, the terminal's first: a comparison's verdict, else the
     kernel that took the most GPU time, and how good it is."""
     if "proton_diff" in summary:
-        return compare.table(summary, 1)[0]
+        return summary["proton_diff"]["first_line"]
     if not (kernels := summary.get("proton_kernels")):
         return (
             f"no timed kernel; {len(summary.get('proton_scopes', []))} scopes timed inside kernels"
