@@ -390,6 +390,10 @@ def summaries(
     """The summaries of what paths hold, one for each trial where they hold trials (a trial
     with no capture named as such); the first problem that left nothing to summarise; and
     what was found."""
+    for given in paths:  # make ab's run folder: its two sides, by the order they ran in
+        if (Path(given) / "order").is_file():
+            side = os.path.join(given, "now")
+            raise Refused(f"{given[:200]} holds both sides of a make ab run: give {side[:200]}")
     found = files.find(paths)
     if len({files.kind(path) for path in found.files}) > 1:
         raise Refused("trees and traces together are captures of different runs: summarise apart")

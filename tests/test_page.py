@@ -15,11 +15,16 @@ from summary import page
 
 FIXTURES = ROOT / "tests" / "fixtures"
 HOOK = FIXTURES / "h200-softmax-python-hook.hatchet"
-# Every fixture that is one run (h200-trials holds two, each one of them; a .json is no
-# capture).
-RUNS = [
-    p for p in sorted(FIXTURES.iterdir()) if p.name != "h200-trials" and p.suffix != ".json"
-] + [FIXTURES / "h200-trials" / side for side in ("base", "slower")]
+# Every fixture that is one run (h200-trials and make ab's runs hold two, each one of them;
+# a .json is no capture).
+TWO = {
+    "h200-trials": ("base", "slower"),
+    "h100-ab-aa": ("base", "now"),
+    "h100-ab-edit": ("base", "now"),
+}
+RUNS = [p for p in sorted(FIXTURES.iterdir()) if p.name not in TWO and p.suffix != ".json"] + [
+    FIXTURES / name / side for name, sides in TWO.items() for side in sides
+]
 
 
 def summarized(tmp_path, *args):

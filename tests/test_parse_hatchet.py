@@ -1382,3 +1382,13 @@ def test_mistaken_outputs_and_ceilings_are_one_line(tmp_path):
     assert (
         p.returncode == 2 and p.stderr.count("\n") == 1 and "not make ceiling's records" in p.stderr
     )
+
+
+def test_a_make_ab_run_folder_is_never_summed_as_one_run():
+    run = FIXTURES / "h100-ab-aa"  # base and now: 5 trials each, one provenance
+    p = cli(run)
+    assert p.returncode == 2 and p.stdout == ""
+    assert (
+        p.stderr
+        == f"parse_hatchet: error: {run} holds both sides of a make ab run: give {run}/now\n"
+    )
