@@ -280,9 +280,8 @@ child() {  # its exit status in $status
 shopt -s nullglob
 rounds
 cwd=.
-record=("$py" "$here/proton_launch.py" --provenance "$out/provenance.json" --run-id "$stamp")
-[[ $backend == auto ]] || record+=(-b "$backend")
-[[ -z $proton_mode ]] || record+=(--mode "$proton_mode")
+record=("$py" "$here/proton_launch.py" --provenance "$out/provenance.json" --run-id "$stamp"
+  "${flags[@]}")
 [[ $mode == cli ]] || record+=(--env)
 "${record[@]}" || say "warning: no provenance written (exit $?)" >&2
 ((!ab)) || compared
