@@ -26,9 +26,8 @@ OUT ?= profiling_results
 HOOK ?=
 TRIALS ?=
 # make compare: CUR against BASE (runs or captures), failing past FAIL_ABOVE percent;
-# ANY_DEVICE=1 compares runs of different devices. make ab: SCRIPT as the working tree
-# has it against SCRIPT at REV (a revision, or a folder holding a copy of the tree), or
-# against BASE_SCRIPT, interleaved, TRIALS (default 5) a side.
+# ANY_DEVICE=1 compares runs of different devices. make ab: REV is a revision, or a
+# folder holding a copy of the tree; TRIALS defaults to 5 a side.
 CUR ?= $(OUT)/profile/latest
 BASE ?= $(OUT)/profile/previous
 FAIL_ABOVE ?=
@@ -106,10 +105,17 @@ START = $(if $(filter 1,$(NPROC)),$(PY),$(PY) -m torch.distributed.run --standal
   --nproc-per-node $(call q,$(NPROC)) --)
 PROFILE = $(call q,$(HERE)/profile.sh) --recipe $(call q,$(RECIPE)) --results $(call q,$(OUT)) \
   $(if $(HOOK),--hook $(call q,$(HOOK))) $(if $(TRIALS),--trials $(call q,$(TRIALS)))
-COMMAND = $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))
 GATE = $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) \
   $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS))) $(if $(ANY_DEVICE),--any-device)
-# A recipe's first line where SCRIPT must exist: a copy without the example names its own.
+# profile.sh's options for each target that runs SCRIPT under it. Shadow context for
+# intra-trace: a Python call stack on each of the trace's events would quadruple it.
+PROFILES = profile trace intra intra-trace ab
+PROFILE_trace = --data trace
+PROFILE_intra = --backend instrumentation
+PROFILE_intra-trace = --backend instrumentation --data trace --context shadow
+PROFILE_ab = $(if $(BASE_SCRIPT),--base-script $(call q,$(call path,$(BASE_SCRIPT))), \
+  --rev $(call q,$(REV))) $(GATE)
+# A copy without the example names its own SCRIPT.
 HAS_SCRIPT = @[[ -f $(call q,$(SCRIPT)) ]] || { echo "make $@: no script "$(call q,$(SCRIPT))": \
   set SCRIPT=your.py" >&2; exit 2; }
 
@@ -117,23 +123,15 @@ run: setup ## run SCRIPT with ARGS, without Proton
 	$(HAS_SCRIPT)
 	$(PY) $(call q,$(call path,$(SCRIPT))) $(call argv,$(ARGS))
 
-profile: setup ## run SCRIPT under Proton as RECIPE says (NPROC, HOOK, TRIALS): OUT/profile
+profile: ## run SCRIPT under Proton as RECIPE says (NPROC, HOOK, TRIALS): OUT/profile
+trace: ## the same as a trace, every launch on a timeline: OUT/trace
+intra: ## cycles of the scopes inside the kernel (instrumentation backend): OUT/intra
+intra-trace: ## every warp's scopes on a timeline (TRACE_ARGS): OUT/intra-trace
+ab: ## SCRIPT now against REV (HEAD) or BASE_SCRIPT, interleaved, then compared: OUT/ab
+$(PROFILES): setup
 	$(HAS_SCRIPT)
-	$(PROFILE) -- $(COMMAND)
-
-trace: setup ## the same as a trace, every launch on a timeline: OUT/trace
-	$(HAS_SCRIPT)
-	$(PROFILE) --data trace -- $(COMMAND)
-
-intra: setup ## cycles of the scopes inside the kernel (instrumentation backend): OUT/intra
-	$(HAS_SCRIPT)
-	$(PROFILE) --backend instrumentation -- $(COMMAND)
-
-# Shadow context: a Python call stack on each of the trace's events would quadruple it.
-intra-trace: setup ## every warp's scopes on a timeline (TRACE_ARGS): OUT/intra-trace
-	$(HAS_SCRIPT)
-	$(PROFILE) --backend instrumentation --data trace --context shadow -- \
-	  $(START) $(call q,$(call path,$(SCRIPT))) $(call argv,$(TRACE_ARGS))
+	$(PROFILE) $(PROFILE_$@) -- $(START) $(call q,$(call path,$(SCRIPT))) \
+	  $(call argv,$(if $(filter intra-trace,$@),$(TRACE_ARGS),$(ARGS)))
 
 # function_line keeps python-context names to "line@function" instead of full paths.
 view: setup ## print the latest profile's tree (proton-viewer -m time/ms)
@@ -147,20 +145,12 @@ compare: setup ## CUR against BASE (latest and previous profile): verdicts; FAIL
 	$(call q,$(HERE)/profile.sh) --results $(call q,$(OUT)) \
 	  --compare $(call q,$(call path,$(CUR))) $(call q,$(call path,$(BASE))) $(GATE) -- $(PY)
 
-ab: setup ## SCRIPT now against REV (HEAD) or BASE_SCRIPT, interleaved, then compared: OUT/ab
-	$(HAS_SCRIPT)
-	$(PROFILE) $(if $(BASE_SCRIPT),--base-script $(call q,$(call path,$(BASE_SCRIPT))),--rev $(call q,$(REV))) \
-	  $(GATE) -- $(COMMAND)
-
 bench: setup $(VENV)/.bench $(if $(QUACK),$(VENV)/.bench-quack) ## GPU only: the example against its peers, into bench/results (POINTS, QUACK)
 	$(PY) bench/sweep.py $(if $(POINTS),--points $(call q,$(POINTS))) $(if $(QUACK),--quack)
 
 # QuACK pulls CUDA libraries: installed only when asked for.
-$(VENV)/.bench-quack: bench/requirements-quack.txt
-	$(PY) -m pip install -q -r bench/requirements-quack.txt && touch $(call q,$@)
-
-$(VENV)/.bench: bench/requirements.txt
-	$(PY) -m pip install -q -r bench/requirements.txt && touch $(call q,$@)
+$(VENV)/.bench $(VENV)/.bench-quack: $(VENV)/.bench%: bench/requirements%.txt
+	$(PY) -m pip install -q -r $(call q,$<) && touch $(call q,$@)
 
 bench-report: setup ## redraw bench/results' tables, plots and docs/performance.md (MERGE)
 	$(PY) bench/report.py $(if $(MERGE),--merge $(call argv,$(MERGE)))

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Run a command under Proton as an aorta recipe's collect.proton says, in a folder of its
-# own, and summarise its captures into that folder's summary.json (and its page,
-# report.html).
+# own, and summarise its captures there: summary.json and its page, report.html.
 #
 #   ./profile.sh [--recipe FILE] [--results DIR | --output DIR] [--data tree|trace]
 #                [--backend NAME] [--context shadow|python] [--hook triton] [--trials N]
@@ -48,17 +47,15 @@ while (($#)); do
     --recipe | --results | --output | --data | --backend | --context | --hook | --trials | \
       --rev | --base-script | --fail-above | --min-ms)
       (($# >= 2)) && [[ -n $2 ]] || die 2 "$1 needs a value, not an empty one"
-      name=${1#--}
       case $1 in
         --fail-above | --min-ms) gate+=("$1" "$2") ;;
-        *) printf -v "${name/-/_}" '%s' "$2" ;;
+        *) name=${1#--} && printf -v "${name/-/_}" '%s' "$2" ;;
       esac
       shift 2 ;;
     --any-device) gate+=("$1"); shift ;;
     --compare)
       (($# >= 3)) || die 2 "--compare needs two runs: NOW BASE"
-      compare=("$2" "$3")
-      shift 3 ;;
+      compare=("$2" "$3") && shift 3 ;;
     --dry-run) dry_run=1; shift ;;
     --) shift; cmd=("$@"); break ;;
     -h | --help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p;}' "$0"; exit 0 ;;
@@ -69,9 +66,8 @@ done
 [[ $results != -* ]] || results=./$results
 [[ $output != -* ]] || output=./$output
 stamp=$(date -u +%Y%m%dT%H%M%SZ)-$$
-linked() {  # latest at this run, previous at the one latest named: each made beside, then
-  # renamed into place, never half made; latest first: stopped between the two, previous
-  # is an older run, never latest's.
+linked() {  # each link made beside, then renamed: never half made; latest first, so that
+  # a run stopped between the two leaves previous at an older run
   [[ -z $output ]] || return 0
   local last
   last=$(readlink -- "$runs/latest") || last=
@@ -90,16 +86,23 @@ compared() {  # runs $summarise; where it compared (0, or 3: a regression), late
   ((status != 0 && status != 3)) || linked
   exit "$status"
 }
-ours() {  # refuses a latest or previous not a link: links of its own are all it replaces
+made() {  # the run's folder, made without -p: no other run has it; links of its own are
+  # all that linked replaces
+  local link parent=$runs
   for link in "$runs/latest" "$runs/previous"; do
     [[ -n $output || ! -e $link || -L $link ]] ||
       die 2 "${link:0:200} is not a link: move it away (nothing is replaced)"
   done
+  if [[ -n $output ]]; then parent=$(dirname -- "$out" && echo .) parent=${parent%$'\n.'}; fi
+  { mkdir -p -- "$parent" && mkdir -- "$out"; } 2>/dev/null || {
+    [[ -z $output || (! -e $out && ! -L $out) ]] ||
+      die 2 "--output ${out:0:200} exists: name a new folder (nothing is cleared)"
+    die 2 "cannot make ${out:0:200}"
+  }
 }
-if ((${#compare[@]})); then  # a comparison of two runs, in a run folder of its own
-  runs=$results/compare out=$results/compare/$stamp
-  ours
-  { mkdir -p -- "$runs" && mkdir -- "$out"; } 2>/dev/null || die 2 "cannot make ${out:0:200}"
+if ((${#compare[@]})); then
+  runs=$results/compare out=${output:-$results/compare/$stamp}
+  made
   comparison "${cmd[0]:-python3}" "${compare[@]}"
   compared
 fi
@@ -111,20 +114,18 @@ ab=0
 case "$(type -t -- "${cmd[0]}")" in  # a builtin (exec, source) would run inside this script
   builtin | function | keyword) die 2 "the command must start with a program, not ${cmd[0]:0:30}" ;;
 esac
-# The words before the script start it: its interpreter, or a launcher and its options.
-start=()
+start=()  # the interpreter, or a launcher and its options
 for word in "${cmd[@]}"; do [[ $word != *.py ]] || break; start+=("$word"); done
 ((${#start[@]} && ${#start[@]} < ${#cmd[@]})) ||
   die 2 "the command must run a .py script through its interpreter or launcher (-- python mine.py)"
 script=("${cmd[@]:${#start[@]}}")
 # The workload's own interpreter (a `python3` on PATH may be another) reads the recipe,
-# writes the provenance and summarises; alone, it is the whole start of the command.
+# writes the provenance and summarises.
 py=python3
 for word in "${start[@]}"; do [[ ${word##*/} != python* ]] || { py=$word; break; }; done
 alone=0
 [[ ${#start[@]} == 1 && $py == "${start[0]}" ]] && alone=1
 command -v -- "$py" >/dev/null || die 2 "no interpreter ${py:0:200}"
-# The ranks torchrun starts on this one host, for the summary to name any missing.
 world='' line=" ${start[*]} "
 if [[ $line =~ [\ /](torchrun|torch\.distributed\.run)\ (.*\ )?--nproc[-_]per[-_]node[=\ ]([1-9][0-9]{0,3})\  ]]; then
   world=${BASH_REMATCH[3]}
@@ -133,7 +134,7 @@ fi
 
 options=$(PYTHONSAFEPATH=1 "$py" "$here/recipe.py" --data="$data" --backend="$backend" \
   --context="$context" --hook="$hook" -- "$recipe") || exit 2  # recipe.py said why
-mapfile -t o <<<"$options"  # recipe.py's FIELDS, one per line
+mapfile -t o <<<"$options"
 mode=${o[0]} backend=${o[1]} context=${o[2]} data=${o[3]} hook=${o[4]} proton_mode=${o[5]}
 trials=${trials:-${o[6]}}
 kind=profile ext=hatchet
@@ -190,36 +191,45 @@ if ((ab)); then
     base=$out/tree/$(git rev-parse --show-prefix)
   fi
 fi
-round() {  # the sides of round $1: none outside an A/B run, base first in odd rounds
-  if ((!ab)); then sides=(''); elif (($1 % 2)); then sides=(base now); else sides=(now base); fi
-}
-trial() {  # the command of trial $1 (of side $2) as $command, writing into $dir, run in $cwd
-  dir=$out cwd=. words=("${script[@]}")
-  ((trials == 1 && !ab)) || dir=$out/$2${2:+/}trial$1
-  if [[ $2 == base && -n $base_script ]]; then
-    words[0]=$base_script
-  elif [[ $2 == base ]]; then
-    cwd=$base words[0]=$at
-  fi
-  command=("${launch[@]}" -n "$dir/proton" "${flags[@]}" "${words[@]}")
+rounds() {  # each trial K of each side, base first in odd rounds: printed or run
+  local k side
+  for ((k = 1; k <= trials; k++)); do
+    if ((!ab)); then sides=(''); elif ((k % 2)); then sides=(base now); else sides=(now base); fi
+    for side in "${sides[@]}"; do
+      dir=$out cwd=. words=("${script[@]}")
+      ((trials == 1 && !ab)) || dir=$out/$side${side:+/}trial$k
+      if [[ $side == base && -n $base_script ]]; then
+        words[0]=$base_script
+      elif [[ $side == base ]]; then
+        cwd=$base words[0]=$at
+      fi
+      command=("${launch[@]}" -n "$dir/proton" "${flags[@]}" "${words[@]}")
+      if ((dry_run)); then
+        [[ $cwd == . ]] || printf 'cd %q && ' "$cwd"
+        shown "${command[@]}"
+        continue
+      fi
+      mkdir -p -- "$dir"
+      ((!ab)) || echo "$side trial$k" >>"$out/order"
+      child "${command[@]}"
+      ((status == 0)) || die "$status" "the command exited $status; no summary written"
+      found=("$dir"/proton*."$ext")
+      ((${#found[@]})) || die 1 "no ${dir:0:200}/proton.$ext: the run wrote no profile (Triton \
+3.6 writes none when the script raises or calls sys.exit; in env mode the script calls \
+proton.start() and proton.finalize())"
+    done
+  done
 }
 summarise=("$py" "$here/parse_hatchet.py" "$out" -o "$out/summary.json" --html "$out/report.html"
   --table)
 [[ -z $world ]] || summarise+=(--world-size "$world")
 [[ ! -d $results/ceiling ]] || summarise+=(--ceiling "$results/ceiling")  # make ceiling's
 ((!ab)) || comparison "$py" "$out/now" "$out/base"
-shown() { local line; line=$(printf '%q ' "$@"); echo "${line% }"; }  # pasteable words
+shown() { local line; line=$(printf '%q ' "$@"); echo "${line% }"; }
 if ((dry_run)); then
   echo "# run folder: $(printf %q "$out")"
   for line in "${moved[@]}"; do echo "$line"; done
-  for ((k = 1; k <= trials; k++)); do
-    round "$k"
-    for side in "${sides[@]}"; do
-      trial "$k" "$side"
-      [[ $cwd == . ]] || printf 'cd %q && ' "$cwd"
-      shown "${command[@]}"
-    done
-  done
+  rounds
   shown "${summarise[@]}"
   exit 0
 fi
@@ -234,16 +244,8 @@ for var in CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
 done
 [[ $visible == 1 || ${cmd[0]##*/} != @(python*|torchrun) ]] ||
   die 2 "no GPU visible: Proton needs one (check the script alone with: make run)"
-ours
-# mkdir without -p makes the run's folder, --output's too: no other run has it.
-parent=$runs
-if [[ -n $output ]]; then parent=$(dirname -- "$out" && echo .) parent=${parent%$'\n.'}; fi
-{ mkdir -p -- "$parent" && mkdir -- "$out"; } 2>/dev/null || {
-  [[ -z $output || (! -e $out && ! -L $out) ]] ||
-    die 2 "--output ${out:0:200} exists: name a new folder (nothing is cleared)"
-  die 2 "cannot make ${out:0:200}"
-}
-if ((ab)) && [[ $base == "$out"/tree/* ]]; then  # the revision, unpacked
+made
+if ((ab)) && [[ $base == "$out"/tree/* ]]; then
   mkdir -- "$out/tree"
   git -C "$(git rev-parse --show-toplevel)" archive "$rev" | tar -x -C "$out/tree" ||
     die 2 "git archive ${rev:0:100} failed"
@@ -268,7 +270,7 @@ stop() {  # $1: the signal, $2: the exit status it gives
 trap 'stop INT 130' INT
 trap 'stop TERM 143' TERM
 trap 'stop HUP 129' HUP
-child() {  # runs "$@" as the child; its exit status in $status
+child() {  # its exit status in $status
   (cd -- "$cwd" && trap - INT QUIT && exec "$@") <&0 &
   child=$! status=0
   wait "$child" || status=$?
@@ -276,28 +278,14 @@ child() {  # runs "$@" as the child; its exit status in $status
 }
 
 shopt -s nullglob
-for ((k = 1; k <= trials; k++)); do
-  round "$k"
-  for side in "${sides[@]}"; do
-    trial "$k" "$side"
-    mkdir -p -- "$dir"
-    ((!ab)) || echo "$side trial$k" >>"$out/order"
-    child "${command[@]}"
-    ((status == 0)) || die "$status" "the command exited $status; no summary written"
-    found=("$dir"/proton*."$ext")
-    ((${#found[@]})) || die 1 "no ${dir:0:200}/proton.$ext: the run wrote no profile (Triton \
-3.6 writes none when the script raises or calls sys.exit; in env mode the script calls \
-proton.start() and proton.finalize())"
-  done
-done
+rounds
 cwd=.
-record=("$py" "$here/proton_launch.py" --provenance "$out/provenance.json" --run-id "$stamp")
-[[ $backend == auto ]] || record+=(-b "$backend")
-[[ -z $proton_mode ]] || record+=(--mode "$proton_mode")
+record=("$py" "$here/proton_launch.py" --provenance "$out/provenance.json" --run-id "$stamp"
+  "${flags[@]}")
 [[ $mode == cli ]] || record+=(--env)
 "${record[@]}" || say "warning: no provenance written (exit $?)" >&2
 ((!ab)) || compared
 child "${summarise[@]}"
-((status == 0)) || exit "$status"  # parse_hatchet.py said why, on stderr
+((status == 0)) || exit "$status"  # parse_hatchet.py said why
 linked
 say "wrote $out/summary.json"

@@ -82,9 +82,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def global_rank(environ: dict = os.environ, pid: int | None = None) -> int:
-    """The rank the launcher that started this process gave it. torchrun's RANK comes
-    with TORCHELASTIC_RUN_ID; where srun started this process (SLURM_TASK_PID is it or its
-    parent), SLURM_PROCID wins over a RANK left exported in the shell."""
+    """torchrun's RANK comes with TORCHELASTIC_RUN_ID; where srun started this process
+    (SLURM_TASK_PID is it or its parent), SLURM_PROCID wins over a RANK left in the shell."""
     pid = os.getpid() if pid is None else pid
     order = ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID"]
     if "TORCHELASTIC_RUN_ID" in environ:
@@ -104,8 +103,7 @@ def whole(environ: dict, var: str) -> int:
     return int(value)
 
 
-def export_local_rank(environ: dict = os.environ) -> None:
-    """LOCAL_RANK, where it is unset, from an MPI launcher's or srun's local rank."""
+def export_local_rank(environ: dict = os.environ) -> None:  # from MPI's or srun's
     for var in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
         if "LOCAL_RANK" not in environ and var in environ:
             environ["LOCAL_RANK"] = str(whole(environ, var))
@@ -131,7 +129,6 @@ def typed_mode(spec: str) -> object:
 
 
 def check_instrumentable() -> None:
-    """Refuses an AMD GPU the instrumentation backend cannot compile for."""
     from triton.runtime import driver
 
     target = driver.active.get_current_target()
@@ -141,8 +138,8 @@ def check_instrumentable() -> None:
 
 
 def run_script(script: str, args: list[str]) -> int:
-    """Runs script as __main__ with its arguments, as `python script.py` would; returns its
-    exit status (a SystemExit is caught, so that the profile is still written)."""
+    """As `python script.py` would; returns its exit status (a SystemExit is caught, so
+    that the profile is still written)."""
     sys.argv = [script, *args]
     path = os.path.abspath(script)  # frames named by full path: their lines are found
     sys.path[0] = os.path.dirname(path)
@@ -159,17 +156,11 @@ def run_script(script: str, args: list[str]) -> int:
 
 
 def version(package: str) -> str | None:
-    for name in PACKAGES[package]:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return None
+    found = (d for name in PACKAGES[package] for d in importlib.metadata.distributions(name=name))
+    return next((d.version for d in found), None)
 
 
 def provenance(args: argparse.Namespace) -> dict:
-    """What made this run, read without importing torch or Triton: their versions, and the
-    backend and mode asked for and given to Proton (None where Proton or the script chose)."""
     intra = args.backend == "instrumentation"
     mode = None if args.env else args.mode or ("default" if intra else None)
     backend = None if args.env or args.backend == "auto" else args.backend
@@ -202,9 +193,8 @@ def check_launch_metadata(kernel: object, launch: Callable[[], object]) -> dict:
     if hook is None or not launches:
         raise ValueError(f"{jit.fn.__name__}: no launch_metadata, or launch() did not launch it")
     args, grid, options = launches[0]
-    bound = inspect.signature(jit.fn).bind(
-        *args, **{k: v for k, v in options.items() if k in jit.arg_names}
-    )
+    named = {k: v for k, v in options.items() if k in jit.arg_names}
+    bound = inspect.signature(jit.fn).bind(*args, **named)
     bound.apply_defaults()
     grid = grid(bound.arguments) if callable(grid) else grid
     got = hook(grid, SimpleNamespace(name=jit.fn.__name__), dict(bound.arguments))

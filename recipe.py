@@ -5,9 +5,8 @@
 Prints what profile.sh needs, one value per line in the order of FIELDS (an unset one as an
 empty line): the recipe's options, each flag given overriding its key for one run and
 checked the same way, Proton's --mode as aorta renders it, and the recipe's trials.
-profile.sh runs this with the workload's own interpreter, by its path and with
-PYTHONSAFEPATH, so that nothing in the current folder is imported while PYTHONPATH still
-is (a PyYAML installed there is found; -I would hide it).
+PYTHONSAFEPATH imports nothing from the current folder while PYTHONPATH still counts (a
+PyYAML installed there is found; -I would hide it).
 Exit status: 0, or 2 with one line on stderr for a recipe aorta would refuse.
 """
 
@@ -26,14 +25,14 @@ ALLOWED = {
     + ["warp_group", "warp_group_2", "warp_group_4", "warp_group_8"],
     "backend_mode": ["pcsampling", "periodic_flushing"],
 }
-BACKEND_MODES = {"cupti": ALLOWED["backend_mode"], "rocprofiler": ALLOWED["backend_mode"]}
+BACKEND_MODES = dict(cupti=ALLOWED["backend_mode"], rocprofiler=ALLOWED["backend_mode"])
 BACKEND_MODES["roctracer"] = ["periodic_flushing"]
 DEFAULTS = {"mode": "cli", "backend": "auto", "context": "shadow", "data": "tree"}
 MAX_TRIALS = 999
 
 
 class Refused(Exception):
-    """A recipe aorta would not run; the message is one line."""
+    """A recipe aorta would not run: a one-line message."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -42,8 +41,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"recipe.py: error: {text if text.isprintable() else ascii(text)}\n")
 
 
-def short(value: object) -> str:
-    """A value as a message may quote it: its repr, escaped, cut to a line's part."""
+def short(value: object) -> str:  # a value as a one-line message quotes it
     text = repr(value)
     return text if len(text) <= 42 else text[:40] + "..."
 
@@ -51,14 +49,6 @@ def short(value: object) -> str:
 def one_of(where: str, value: object, allowed: list[str]) -> str:
     if value not in allowed:
         raise Refused(f"{where}: {short(value)} is not one of {', '.join(allowed)}")
-    return value
-
-
-def trials(recipe: dict) -> int:
-    """The recipe's trials: a whole number from 1 to MAX_TRIALS, 1 where it says none."""
-    value = recipe.get("trials", 1)
-    if type(value) is not int or not 1 <= value <= MAX_TRIALS:
-        raise Refused(f"trials must be a whole number from 1 to {MAX_TRIALS}, got {short(value)}")
     return value
 
 
@@ -83,7 +73,9 @@ def options(recipe: object, overrides: dict | None = None) -> dict:
         if value:
             chosen[key] = one_of(f"--{key}", value, ALLOWED[key])
     chosen["proton_mode"] = proton_mode(chosen, "rocprof" in collect)
-    chosen["trials"] = trials(recipe)
+    chosen["trials"] = trials = recipe.get("trials", 1)
+    if type(trials) is not int or not 1 <= trials <= MAX_TRIALS:
+        raise Refused(f"trials must be a whole number from 1 to {MAX_TRIALS}, got {short(trials)}")
     return chosen
 
 
@@ -128,30 +120,29 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("data", "backend", "context", "hook"):
         parser.add_argument(f"--{key}", default="")
     args = parser.parse_args(argv)
-    shown = args.recipe[:200] if args.recipe[:200].isprintable() else repr(args.recipe[:200])
+    overrides = {key: getattr(args, key) for key in ("data", "backend", "context", "hook")}
+    why = f"{sys.executable} has no PyYAML to read it with (make setup, or pip install PyYAML)"
     try:
         import yaml
 
         with open(args.recipe, encoding="utf-8") as f:
-            overrides = {key: getattr(args, key) for key in ("data", "backend", "context", "hook")}
             chosen = options(yaml.safe_load(f), overrides)
     except ImportError:
-        chosen = (
-            f"{sys.executable} has no PyYAML to read it with (make setup, or pip install PyYAML)"
-        )
+        pass
     except OSError as e:
-        chosen = (e.strerror or str(e)).lower()
+        why = (e.strerror or str(e)).lower()
     except UnicodeDecodeError:
-        chosen = "not UTF-8 text"
+        why = "not UTF-8 text"
     except yaml.YAMLError as e:
-        chosen = f"not valid YAML: {' '.join(str(e).split())[:200]}"
+        why = f"not valid YAML: {' '.join(str(e).split())[:200]}"
     except Refused as e:
-        chosen = str(e)
-    if isinstance(chosen, str):
-        print(f"profile.sh: error: {shown}: {chosen}", file=sys.stderr)
-        return 2
-    print("\n".join(str(chosen.get(field) or "") for field in FIELDS))
-    return 0
+        why = str(e)
+    else:
+        print("\n".join(str(chosen.get(field) or "") for field in FIELDS))
+        return 0
+    shown = args.recipe[:200] if args.recipe[:200].isprintable() else repr(args.recipe[:200])
+    print(f"profile.sh: error: {shown}: {why}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
