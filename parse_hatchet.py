@@ -187,20 +187,27 @@ def summarize(inputs: Inputs, captures: list) -> Summary:
     return Summary(summary, None, run)
 
 
+@functools.cache
+def python_file(file: str) -> bool:
+    """Whether a frame's file is a .py file here, to read its lines from (asked once a file:
+    linecache asks again for each line of a file it does not hold)."""
+    return file.endswith(".py") and os.path.isfile(file)
+
+
 def callsites(run: Run) -> dict:
     """Each chain of the user's frames that launched GPU work, with its kernels, by chain;
     each file shown by the shortest part of its path that no other shares."""
     kernels = {}
-    for (chain, name), k in run.capture.sites.items():
+    for (chain, name), (ms, launches) in run.capture.sites.items():
         if chain:  # kernels with no frame of the user's above them (shadow context)
-            row = {"name": name, "launches": k.launches, "ms": k.ms}
+            row = {"name": name, "launches": launches, "ms": ms}
             kernels.setdefault(chain, []).append(row)
     chains = run.capture.chains
     names = short_names({frame[0] for _, frame, _ in chains.links[1:]})
     texts, sites = chains.texts(list(kernels), names), {}
     for chain, rows in kernels.items():
         file, line, _ = chains.links[chain][1]
-        text = linecache.getline(file, line).strip()[:200] if file.endswith(".py") else ""
+        text = linecache.getline(file, line).strip()[:200] if python_file(file) else ""
         sites[chain] = {
             "callsite": callsite(texts[chain]),
             "source": printable(text) or None,

@@ -112,21 +112,28 @@ class Capture:
 
     chains: "Chains" = field(default_factory=lambda: Chains())
     kernels: dict = field(default_factory=dict)  # name -> Kernel
-    sites: dict = field(default_factory=dict)  # (chain, name) -> Kernel
+    sites: dict = field(default_factory=dict)  # (chain, name) -> [ms, launches or None]
     scopes: dict = field(default_factory=dict)  # (kernel, scope) -> [cycles, normalized]
     cpu: dict = field(default_factory=dict)  # CPU-timed scope -> [CPU ms, GPU ms inside]
     unusable: int = 0  # kernel leaves with times, none of them usable
     untimed: set = field(default_factory=set)  # metric names of leaves with no time
 
     def launched(self, name: str, chain: int, ms: float, launches: int | None) -> Kernel:
-        self.sites.setdefault((chain, name), Kernel()).add(ms, launches)
+        if (site := self.sites.get((chain, name))) is None:  # a list: a site is made per leaf
+            self.sites[chain, name] = [ms, launches]
+        else:
+            site[0] += ms
+            site[1] = None if None in (launches, site[1]) else site[1] + launches
         return self.kernels.setdefault(name, Kernel()).add(ms, launches)
 
-    def leaf(self, name: str, metrics: dict, ms: float | None, chain: int) -> Kernel | None:
-        """Adds a leaf's launches, if it is a kernel: a usable time, a name, not ROOT."""
+    def leaf(
+        self, name: str, metrics: dict, ms: float | None, chain: int, kinds: tuple
+    ) -> Kernel | None:
+        """Adds a leaf's launches, if it is a kernel: a usable time, a name, not ROOT
+        (kinds: layout's of its metrics)."""
         if not (name := name.strip()) or name == "ROOT":
             return None
-        times, cpu, roofline = layout(tuple(metrics))
+        times, cpu, roofline = kinds
         if ms is None:
             self.unusable += bool(times)
             if not (times or cpu):
@@ -153,13 +160,15 @@ def walk_tree(roots: list, capture: Capture) -> None:
     stack = [(iter(roots), 0, None, None)]  # (children, chain, kernel above, CPU scope)
     while stack:
         children, chain, kernel, cpu = stack[-1]
-        for node in filter(lambda node: type(node) is dict, children):
+        for node in children:
+            if type(node) is not dict:
+                continue
             name, metrics = str(node.get("frame", {}).get("name", "")), node.get("metrics", {})
             if kernel is not None and "cycles" in metrics:
                 sums = capture.scopes.setdefault((kernel, name), [0.0, 0.0])
                 sums[0] += number(metrics["cycles"]) or 0.0
                 sums[1] += number(metrics.get("normalized_cycles")) or 0.0
-            times, cpu_times, _ = layout(tuple(metrics))
+            times, cpu_times, _ = kinds = layout(tuple(metrics))
             below, inside, ms = node.get("children"), cpu, first_ms(metrics, times)
             if cpu_times and name != "ROOT" and (below or ms is None):  # a CPU-timed scope
                 if (cpu_ms := first_ms(metrics, cpu_times)) is not None:
@@ -170,7 +179,7 @@ def walk_tree(roots: list, capture: Capture) -> None:
                 is_frame |= name == "ROOT" or "cycles" in metrics
                 stack.append((iter(below), inner, kernel if is_frame else name, inside))
                 break  # into the children: these siblings resume after them
-            if capture.leaf(name, metrics, ms, chain) and cpu is not None:
+            if capture.leaf(name, metrics, ms, chain, kinds) and cpu is not None:
                 cpu[1] += ms
         else:
             stack.pop()

@@ -390,8 +390,8 @@ def folded(capture: Capture, shown: dict) -> str:
     (shown: each kernel's readable name), a ';' in a name escaped."""
     chains = [capture.chains.frames(chain) for chain, _ in capture.sites]
     names, lines = short_names({frame[0] for frames in chains for frame in frames}), []
-    for (chain, name), k in capture.sites.items():
+    for (chain, name), (ms, _) in capture.sites.items():
         frames = [frame_text(frame, names) for frame in capture.chains.frames(chain)]
         frames = [printable(f).replace(";", "\\x3b") for f in [*frames, shown[name]]]
-        lines.append(";".join(frames) + f" {round(k.ms * 1e6)}\n")
+        lines.append(";".join(frames) + f" {round(ms * 1e6)}\n")
     return "".join(lines)
