@@ -40,9 +40,6 @@ def say(message: str) -> None:
         print(f"parse_hatchet: {printable(message)}", file=sys.stderr)
 
 
-# --- Names -----------------------------------------------------------------------------
-
-
 def callsite(text: str) -> str:
     """A chain's text as a call site: a CUDA graph's kernels where it was captured and
     where it was replayed; autotuning marked as such."""
@@ -84,9 +81,6 @@ def elided(name: str, keep: int) -> str:
             out.append("…")
         depth += ch == "<"
     return "".join(out).replace(" >", ">")
-
-
-# --- The summary ----------------------------------------------------------------------
 
 
 class Summary(NamedTuple):
@@ -217,9 +211,6 @@ def callsites(run: Run) -> dict:
     return sites
 
 
-# --- Output ---------------------------------------------------------------------------
-
-
 def to_json(summary: dict) -> bytes:
     """The summary as JSON, one key per line (indenting every level would cost a large
     capture's output more than encoding it)."""
@@ -310,9 +301,6 @@ def callsites_table(summary: dict, top: int) -> list:
             n = "?" if k["launches"] is None else k["launches"]
             lines.append(f"{k['ms']:10.4f} {n:>8}    > {shown[k['name']]}")
     return lines if len(lines) > 1 else []
-
-
-# --- Command line ---------------------------------------------------------------------
 
 
 class Parser(argparse.ArgumentParser):
