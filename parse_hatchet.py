@@ -43,7 +43,7 @@ def say(message: str) -> None:
 def callsite(text: str) -> str:
     """A chain's text as a call site: a CUDA graph's kernels where it was captured and
     where it was replayed; autotuning marked as such."""
-    text = text.replace(f" > {AUTOTUNING}", " [autotuning]")
+    text = text.replace(f" > {AUTOTUNING}", compare.TUNING)
     replayed, at, captured = text.rpartition(f" > {CAPTURED_AT} > ")
     return f"{captured} [a CUDA graph captured here, replayed at {replayed}]" if at else captured
 

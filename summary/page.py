@@ -13,6 +13,7 @@ import html
 import zlib
 from typing import TYPE_CHECKING, NamedTuple
 
+from summary.compare import TUNING
 from summary.views import launch_bound
 
 if TYPE_CHECKING:  # plotly is imported only when a page is made
@@ -134,7 +135,7 @@ def autotuned(summary: dict) -> dict:
     """Each kernel's [ms, launches] of Triton's autotuner timing its configs."""
     out = {}
     for site in summary.get("proton_callsites") or []:
-        for k in site["kernels"] if site["callsite"].endswith(" [autotuning]") else []:
+        for k in site["kernels"] if TUNING in site["callsite"] else []:
             tuned = out.setdefault(k["name"], [0.0, 0])
             tuned[:] = tuned[0] + k["ms"], tuned[1] + (k.get("launches") or 0)
     return out
