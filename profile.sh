@@ -55,7 +55,8 @@ while (($#)); do
     --any-device) gate+=("$1"); shift ;;
     --compare)
       (($# >= 3)) || die 2 "--compare needs two runs: NOW BASE"
-      compare=("$2" "$3") && shift 3 ;;
+      compare=("$2" "$3") && shift 3
+      for run in "${compare[@]}"; do [[ -e $run ]] || die 2 "--compare: no run ${run:0:200}"; done ;;
     --dry-run) dry_run=1; shift ;;
     --) shift; cmd=("$@"); break ;;
     -h | --help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p;}' "$0"; exit 0 ;;

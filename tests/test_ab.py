@@ -205,6 +205,9 @@ def test_make_compare_writes_a_run_folder_of_its_own(tmp_path):
     (runs / "latest").mkdir()  # the user's own: never replaced
     p = run(PROFILE, "--results", tmp_path / "out", "--compare", now, base, "--", PY)
     assert p.returncode == 2 and "is not a link" in p.stderr and len(list(runs.iterdir())) == 2
+    p = run(PROFILE, "--results", tmp_path / "out", "--compare", now, tmp_path / "no", "--", PY)
+    assert p.returncode == 2 and p.stderr == f"profile.sh: error: --compare: no run {tmp_path}/no\n"
+    assert len(list(runs.iterdir())) == 2  # no run folder made for it
     p = run("make", "-n", "--no-print-directory", "compare", "FAIL_ABOVE=5", "ANY_DEVICE=1")
     assert (
         "--compare 'profiling_results/profile/latest' 'profiling_results/profile/previous'"
