@@ -8,18 +8,15 @@
 #   ./profile.sh [--results DIR] --compare NOW BASE [GATE] [-- PYTHON]
 #
 # COMMAND: a .py script after its interpreter or a launcher (python mine.py ARGS, torchrun
-# ... mine.py ARGS). Each run makes RESULTS/KIND/<UTC time>-<pid> (or --output DIR, a new
-# folder) and, once it succeeds, moves KIND/latest and KIND/previous. --rev REV (a
-# revision, or a folder holding a copy of the tree) or --base-script FILE runs the script
-# now against its base, interleaved; --compare compares two runs (PYTHON: the one that
-# compares); GATE (--fail-above PCT, --min-ms MS, --any-device, as parse_hatchet.py takes
-# them) judges the comparison. docs/profiling.md tells the rest.
+# ... mine.py ARGS). A run makes RESULTS/KIND/<UTC time>-<pid>, or --output DIR, a new
+# folder. --rev REV (a revision, or a copy of the tree) or --base-script FILE: the script
+# now against its base; --compare: two runs (PYTHON compares). GATE: --fail-above PCT,
+# --min-ms MS, --any-device, as parse_hatchet.py takes them. docs/profiling.md tells more.
 # Exit status: 0 summarised (compared: no regression); the command's own when it fails;
-# 1 no capture; parse_hatchet.py's own when it fails or finds a regression past
-# --fail-above (1 a capture or rank not read: its line says which); 2 usage, a refused
-# recipe, no GPU visible, an output folder that exists already, a latest or previous that
-# is not a link, a REV that is not there or lacks the script; 129, 130, 143 stopped by
-# SIGHUP, SIGINT, SIGTERM.
+# 1 no capture; parse_hatchet.py's own when it fails (1: a capture or rank not read) or
+# finds a regression past --fail-above; 2 usage, a refused recipe, no GPU visible, an
+# --output that exists, a latest or previous not a link, a REV not there or lacking the
+# script; 129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM.
 set -euo pipefail
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -126,8 +123,7 @@ mode=${o[0]} backend=${o[1]} context=${o[2]} data=${o[3]} hook=${o[4]} proton_mo
 trials=${trials:-${o[6]}}
 kind=profile ext=hatchet
 [[ $data == tree ]] || kind=trace ext=chrome_trace
-[[ $backend != instrumentation ]] || kind=intra${kind#profile}
-kind=${kind/#intratrace/intra-trace}
+[[ $backend != instrumentation ]] || kind=${kind/#profile/intra} kind=${kind/#trace/intra-trace}
 ((!ab)) || kind=ab
 runs=$results/$kind
 out=${output:-$runs/$stamp}
