@@ -157,12 +157,11 @@ ceiling: setup ## GPU only: copy and read GB/s from 1 MiB to 4 GiB: OUT/ceiling/
 bench-parse: setup ## parse_hatchet.py's speed on large captures against json.load
 	$(PY) bench/parse_speed.py
 
+test: ## the CPU tests (GPU tests skip themselves)
+test-gpu: ## only the GPU tests
 # PYTEST_ARGS reaches pytest as one word, through PYTEST_ADDOPTS, which pytest splits.
-test: setup ## the CPU tests (GPU tests skip themselves)
-	PYTEST_ADDOPTS=$(call q,$(PYTEST_ARGS)) $(PY) -m pytest
-
-test-gpu: setup ## only the GPU tests
-	PYTEST_ADDOPTS=$(call q,$(PYTEST_ARGS)) $(PY) -m pytest -m gpu
+test test-gpu: setup
+	PYTEST_ADDOPTS=$(call q,$(PYTEST_ARGS)) $(PY) -m pytest $(if $(filter test-gpu,$@),-m gpu)
 
 lint: setup ## ruff (lint and format), shellcheck, hadolint
 	$(call q,$(VENV)/bin/ruff) check . && $(call q,$(VENV)/bin/ruff) format --check .
