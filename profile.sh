@@ -72,12 +72,12 @@ compared() {  # runs $summarise; where it compared (0, or 3: a regression), late
 }
 made() {  # the run's folder, made without -p: no other run has it; links of its own are
   # all that linked replaces
-  local link parent=$runs
+  local link parent
   for link in "$runs/latest" "$runs/previous"; do
     [[ -n $output || ! -e $link || -L $link ]] ||
       die 2 "${link:0:200} is not a link: move it away (nothing is replaced)"
   done
-  if [[ -n $output ]]; then parent=$(dirname -- "$out" && echo .) parent=${parent%$'\n.'}; fi
+  parent=$(dirname -- "$out" && echo .) parent=${parent%$'\n.'}  # a name may end in a newline
   { mkdir -p -- "$parent" && mkdir -- "$out"; } 2>/dev/null || {
     [[ -z $output || (! -e $out && ! -L $out) ]] ||
       die 2 "--output ${out:0:200} exists: name a new folder (nothing is cleared)"
