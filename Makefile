@@ -86,15 +86,11 @@ setup: $(VENV)/.installed ## make VENV: the platform's torch and triton, plus re
 # --system-site-packages lets VENV see a system interpreter's torch; the .pth file does
 # the same when PYTHON is itself a virtual environment (as in ROCm's images).
 $(VENV)/.installed: requirements.txt requirements-dev.txt
-	@echo "setup: $(VENV) from $(PYTHON), seeing its torch and triton; installing what is missing"
 	$(call q,$(PYTHON)) -m venv --system-site-packages $(call q,$(VENV))
 	$(call q,$(PYTHON)) -c 'import site; print("\n".join(site.getsitepackages()))' \
 	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/platform.pth"
-	$(PY) -c 'import torch' 2>/dev/null || { echo "setup: installing $(TORCH)"; \
-	  $(PY) -m pip install -q $(call q,$(TORCH)); }
-	$(PY) -c 'import triton' 2>/dev/null || { echo "setup: installing $(TRITON)"; \
-	  $(PY) -m pip install -q $(call q,$(TRITON)); }
-	@echo "setup: installing requirements-dev.txt (PyYAML, llnl-hatchet, cxxfilt, msgspec, plotly, pytest, selenium, linters)"
+	$(PY) -c 'import torch' 2>/dev/null || $(PY) -m pip install -q $(call q,$(TORCH))
+	$(PY) -c 'import triton' 2>/dev/null || $(PY) -m pip install -q $(call q,$(TRITON))
 	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $(call q,$@)
 
@@ -161,12 +157,11 @@ ceiling: setup ## GPU only: copy and read GB/s from 1 MiB to 4 GiB: OUT/ceiling/
 bench-parse: setup ## parse_hatchet.py's speed on large captures against json.load
 	$(PY) bench/parse_speed.py
 
+test: ## the CPU tests (GPU tests skip themselves)
+test-gpu: ## only the GPU tests
 # PYTEST_ARGS reaches pytest as one word, through PYTEST_ADDOPTS, which pytest splits.
-test: setup ## the CPU tests (GPU tests skip themselves)
-	PYTEST_ADDOPTS=$(call q,$(PYTEST_ARGS)) $(PY) -m pytest
-
-test-gpu: setup ## only the GPU tests
-	PYTEST_ADDOPTS=$(call q,$(PYTEST_ARGS)) $(PY) -m pytest -m gpu
+test test-gpu: setup
+	PYTEST_ADDOPTS=$(call q,$(PYTEST_ARGS)) $(PY) -m pytest $(if $(filter test-gpu,$@),-m gpu)
 
 lint: setup ## ruff (lint and format), shellcheck, hadolint
 	$(call q,$(VENV)/bin/ruff) check . && $(call q,$(VENV)/bin/ruff) format --check .
@@ -189,7 +184,8 @@ clean: ## remove VENV, caches and OUT; refuses (exit 2) anything else
 	find "$$top" -name .git -prune -o -name __pycache__ -type d -prune -exec rm -rf -- {} +
 
 # The container runs as root (it needs the GPU devices); docker-profile hands the
-# results back to whoever ran make. OUT must lie in this checkout, mounted at /work.
+# results back to whoever ran make. OUT must lie in this checkout, mounted at /work: the
+# container is given it relative to /work.
 DOCKER_RUN = docker run --rm $(if $(filter nvidia,$(GPU)),--gpus all --ipc=host,--device=/dev/kfd \
   --device=/dev/dri --group-add video --ipc=host --security-opt seccomp=unconfined) \
   -v $(call q,$(HERE)):/work -w /work $(call q,$(IMAGE))
@@ -202,11 +198,9 @@ docker-build: ## build IMAGE from BASE_IMAGE (GPU=nvidia for the CUDA image)
 docker-run: ## make run in the container (SCRIPT, ARGS)
 	$(DOCKER_RUN) make run $(MAKE_VARS)
 
-# OUT, inside this checkout, is passed on as the container sees it: relative to /work.
 docker-profile: ## make profile in the container; results in OUT, owned by you
-	@real=$$(realpath -m -- $(call q,$(OUT))); [[ $$real == $(call q,$(HERE))/?* ]] || \
-	  { echo "make docker-profile: OUT must lie inside "$(call q,$(HERE))", the folder the container sees" >&2; exit 2; }
-	out=$$(realpath -m --relative-to=$(call q,$(HERE)) -- $(call q,$(OUT))); \
+	@out=$$(realpath -m --relative-to=$(call q,$(HERE)) -- $(call q,$(OUT))); [[ $$out != @(.|..|../*) ]] || \
+	  { echo "make docker-profile: OUT must lie inside "$(call q,$(HERE))", the folder the container sees" >&2; exit 2; }; \
 	$(DOCKER_RUN) sh -c 'owner=$$0 out=$$1; shift; make profile "$$@"; s=$$?; chown -R "$$owner" -- "$$out"; exit $$s' \
 	  "$$(id -u):$$(id -g)" "$$out" OUT="$$out" RECIPE=$(call q,$(RECIPE)) $(MAKE_VARS)
 

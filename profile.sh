@@ -1,39 +1,22 @@
 #!/usr/bin/env bash
-# Run a command under Proton as an aorta recipe's collect.proton says, in a folder of its
-# own, and summarise its captures there: summary.json and its page, report.html.
+# Run a command under Proton as an aorta recipe's collect.proton says, in a run folder of
+# its own, and summarise its captures there: summary.json and its page, report.html.
 #
 #   ./profile.sh [--recipe FILE] [--results DIR | --output DIR] [--data tree|trace]
 #                [--backend NAME] [--context shadow|python] [--hook triton] [--trials N]
 #                [--rev REV | --base-script FILE] [GATE] [--dry-run] -- COMMAND ...
 #   ./profile.sh [--results DIR] --compare NOW BASE [GATE] [-- PYTHON]
 #
-# GATE: --fail-above PCT, --min-ms MS, --any-device, as parse_hatchet.py takes them.
-#
-# Each run makes RESULTS/KIND/<UTC time>-<pid> (RESULTS: profiling_results; KIND: profile,
-# trace, intra or intra-trace, by data and backend); once it succeeds, KIND/latest points
-# at it and KIND/previous at the run latest pointed at before. --output DIR names the run's
-# folder instead: one that does not exist yet. Nothing is ever cleared or deleted.
-# COMMAND runs a .py script through its interpreter (python mine.py ARGS) or a launcher
-# that starts it once per rank (torchrun ... mine.py ARGS), each rank writing
-# proton.rank<R>.<ext>. --data, --backend, --context and --hook override the recipe for
-# this run, --trials N its trials: with N > 1 trial K writes into RUN/trialK. --dry-run
-# prints what would run. Ctrl-C, SIGTERM and SIGHUP reach the command; profile.sh waits
-# for it to end and exits 130, 143 or 129, the run's folder left without a summary.
-# --rev REV (a revision of the git checkout here, or a folder holding a copy of its tree)
-# or --base-script FILE makes an A/B run, RESULTS/ab/<run>: the script as the working tree
-# has it (now) against the same script at REV, unpacked by git archive into RUN/tree and
-# run from there so that it imports its own modules, or against FILE (base). Each side
-# gets N trials (default 5), in rounds base-now, now-base, ..., each a process of its
-# own, into RUN/base/trialK and RUN/now/trialK; RUN/order records the order; then
-# compare.json, compare.md and report.html beside them, and latest moved. --compare NOW
-# BASE writes a comparison of two runs into RESULTS/compare/<run> (PYTHON: the one that
-# compares).
+# COMMAND: a .py script after its interpreter or a launcher (python mine.py ARGS, torchrun
+# ... mine.py ARGS). A run makes RESULTS/KIND/<UTC time>-<pid>, or --output DIR, a new
+# folder. --rev REV (a revision, or a copy of the tree) or --base-script FILE: the script
+# now against its base; --compare: two runs (PYTHON compares). GATE: --fail-above PCT,
+# --min-ms MS, --any-device, as parse_hatchet.py takes them. docs/profiling.md tells more.
 # Exit status: 0 summarised (compared: no regression); the command's own when it fails;
-# 1 no capture; parse_hatchet.py's own when it fails or finds a regression past
-# --fail-above (1 a capture or rank not read: its line says which); 2 usage, a refused
-# recipe, no GPU visible, an output folder that exists already, a latest or previous that
-# is not a link, a REV that is not there or lacks the script; 129, 130, 143 stopped by
-# SIGHUP, SIGINT, SIGTERM.
+# 1 no capture; parse_hatchet.py's own when it fails (1: a capture or rank not read) or
+# finds a regression past --fail-above; 2 usage, a refused recipe, no GPU visible, an
+# --output that exists, a latest or previous not a link, a REV not there or lacking the
+# script; 129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM.
 set -euo pipefail
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -89,12 +72,12 @@ compared() {  # runs $summarise; where it compared (0, or 3: a regression), late
 }
 made() {  # the run's folder, made without -p: no other run has it; links of its own are
   # all that linked replaces
-  local link parent=$runs
+  local link parent
   for link in "$runs/latest" "$runs/previous"; do
     [[ -n $output || ! -e $link || -L $link ]] ||
       die 2 "${link:0:200} is not a link: move it away (nothing is replaced)"
   done
-  if [[ -n $output ]]; then parent=$(dirname -- "$out" && echo .) parent=${parent%$'\n.'}; fi
+  parent=$(dirname -- "$out" && echo .) parent=${parent%$'\n.'}  # a name may end in a newline
   { mkdir -p -- "$parent" && mkdir -- "$out"; } 2>/dev/null || {
     [[ -z $output || (! -e $out && ! -L $out) ]] ||
       die 2 "--output ${out:0:200} exists: name a new folder (nothing is cleared)"
@@ -140,8 +123,7 @@ mode=${o[0]} backend=${o[1]} context=${o[2]} data=${o[3]} hook=${o[4]} proton_mo
 trials=${trials:-${o[6]}}
 kind=profile ext=hatchet
 [[ $data == tree ]] || kind=trace ext=chrome_trace
-[[ $backend != instrumentation ]] || kind=intra${kind#profile}
-kind=${kind/#intratrace/intra-trace}
+[[ $backend != instrumentation ]] || kind=${kind/#profile/intra} kind=${kind/#trace/intra-trace}
 ((!ab)) || kind=ab
 runs=$results/$kind
 out=${output:-$runs/$stamp}
@@ -199,11 +181,7 @@ rounds() {  # each trial K of each side, base first in odd rounds: printed or ru
     for side in "${sides[@]}"; do
       dir=$out cwd=. words=("${script[@]}")
       ((trials == 1 && !ab)) || dir=$out/$side${side:+/}trial$k
-      if [[ $side == base && -n $base_script ]]; then
-        words[0]=$base_script
-      elif [[ $side == base ]]; then
-        cwd=$base words[0]=$at
-      fi
+      [[ $side != base ]] || cwd=$base words[0]=${base_script:-$at}
       command=("${launch[@]}" -n "$dir/proton" "${flags[@]}" "${words[@]}")
       if ((dry_run)); then
         [[ $cwd == . ]] || printf 'cd %q && ' "$cwd"
@@ -280,7 +258,6 @@ child() {  # its exit status in $status
 
 shopt -s nullglob
 rounds
-cwd=.
 record=("$py" "$here/proton_launch.py" --provenance "$out/provenance.json" --run-id "$stamp"
   "${flags[@]}")
 [[ $mode == cli ]] || record+=(--env)
