@@ -7,17 +7,14 @@ check a kernel's launch_metadata on the CPU (check_launch_metadata, for a user's
     python proton_launch.py --provenance FILE [-b BACKEND] [--mode MODE] [--env] [--run-id ID]
 
 --ranked (under a launcher) names the capture NAME.rank<R> for the process's global rank
-R (torchrun's RANK, Slurm's SLURM_PROCID, or an MPI launcher's OMPI_COMM_WORLD_RANK,
-PMI_RANK or PMIX_RANK) and exports LOCAL_RANK where it is unset. Everything after
-SCRIPT.py is the script's, a `--` included. --mode is Proton's mode as aorta's recipes
-write it; for the instrumentation backend "default[:field=value...]" becomes the typed
-proton.mode.Default, and Triton-language scopes are enabled. --env starts no profiler, for
-a script that calls proton.start() itself: it exports aorta's AORTA_PROTON_DIR, _NAME,
-_CONTEXT, _DATA and, where given, _BACKEND, _MODE and _HOOK, and imports triton.profiler
-before the script imports torch (Triton 3.8 with rocprofiler-sdk can hang at exit else).
---provenance writes FILE, a new file: Triton's and torch's versions from their package
-metadata (nothing imported), the backend and mode asked for and given to Proton (null
-where Proton or the script picks), and the run's id; the device is the capture's own.
+(torchrun's RANK, Slurm's SLURM_PROCID, or MPI's OMPI_COMM_WORLD_RANK, PMI_RANK or
+PMIX_RANK) and exports LOCAL_RANK where it is unset. Everything after SCRIPT.py is the
+script's, a `--` included. --mode is aorta's; for the instrumentation backend it becomes
+the typed proton.mode.Default. --env starts no profiler, for a script that calls
+proton.start() itself: it exports aorta's AORTA_PROTON_DIR, _NAME, _CONTEXT, _DATA and,
+where given, _BACKEND, _MODE and _HOOK. --provenance writes FILE, a new file: Triton's and
+torch's versions (package metadata, nothing imported), the backend and mode asked for and
+given to Proton (null where Proton or the script picks), and the run's id.
 Exit status: the script's own, 130 on Ctrl-C; 2 for bad arguments, a GPU the
 instrumentation backend cannot compile for, or a FILE that cannot be made.
 """
@@ -219,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = f"{args.name}.rank{global_rank()}" if args.ranked else args.name
     export_local_rank()
-    import triton.profiler as proton  # before the script's torch: see --env
+    # Before the script imports torch: Triton 3.8 with rocprofiler-sdk can hang at exit else.
+    import triton.profiler as proton
 
     if args.env:
         exports = dict(DIR=os.path.dirname(name) or ".", NAME=name, CONTEXT=args.context)
