@@ -1,14 +1,12 @@
 """Summarise Proton captures as JSON: aorta's five keys, then each kernel and each call
 site that launched GPU time, then the views (summary/views.py: rates, timelines, ranks,
-scopes) and a comparison with an earlier run (summary/compare.py).
+scopes) and a comparison with an earlier run (summary/compare.py); docs/summary.md
+describes every input and key.
 
     python parse_hatchet.py PATH [PATH ...] [-o FILE] [--table] [--top N] [--folded FILE]
         [--html FILE] [--world-size N] [--ceiling PATH] [--diff BASE [--fail-above PCT]
         [--min-ms MS] [--same PCT] [--any-device] [--markdown FILE]]
 
-Each PATH is a capture or a folder searched for them (summary/files.py): one run, its
-ranks' captures added up, or one run of trials. The five proton_* keys follow ROCm aorta's
-Proton collector to the letter (summary/run.py); docs/summary.md describes every key.
 Exit status: 0 summarised; 1 summarised but a capture found was not read or a rank of
 --world-size has none (proton_unread names each), or nothing to summarise (stderr says
 why); 2 usage, an input or output refused or not written, runs that do not compare;
