@@ -214,7 +214,7 @@ def to_json(summary: dict) -> bytes:
     capture's output more than encoding it)."""
     try:
         values = [msgspec.json.encode(value) for value in summary.values()]
-    except UnicodeEncodeError:  # a lone surrogate in a name: json writes it as an escape
+    except UnicodeEncodeError:  # a path not UTF-8 (its bytes as lone surrogates): escaped
         values = [json.dumps(value, allow_nan=False).encode() for value in summary.values()]
     pairs = zip(summary, values, strict=True)
     lines = (b'  "%s": %s' % (key.encode(), value) for key, value in pairs)
@@ -247,10 +247,8 @@ def table(summary: dict, top: int) -> str:
     """Each view as aligned text after a blank line, its names escaped: the comparison
     first, then kernels, call sites and the views of views.py."""
     first = [] if "proton_diff" in summary else [headline(summary)]  # compare's own first line
-    tables = [first, kernels_table(summary, top), callsites_table(summary, top)]
-    if "proton_diff" in summary or "proton_trials" in summary:
-        tables.insert(0, compare.table(summary, top))
-    tables += views.tables(summary, top)
+    tables = [compare.table(summary, top), first, kernels_table(summary, top)]
+    tables += [callsites_table(summary, top), *views.tables(summary, top)]
     return "\n\n".join("\n".join(map(printable, lines)) for lines in tables if lines) + "\n"
 
 
