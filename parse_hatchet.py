@@ -389,15 +389,15 @@ def summaries(
     if len({files.kind(path) for path in found.files}) > 1:
         raise Refused("trees and traces together are captures of different runs: summarise apart")
     dirs = [Path(p).resolve() if Path(p).is_dir() else Path(p).resolve().parent for p in paths]
-    trials = found.trials or [(None, found.files)]
-    for folder, captures in trials:
-        if folder and not captures:
+    for folder, captures in found.trials:
+        if not captures:
             found.skipped.append(
                 {"file": str(folder), "why": "no capture: the trial did not finish"}
             )
     records = files.records(found, found.skipped)
     inputs = Inputs(found, os.path.commonpath(dirs), records, world, list(ceiling))
-    done = [summarize(inputs, captures) for _, captures in trials if captures or len(trials) == 1]
+    trials = found.trials or [(None, found.files)]
+    done = [summarize(inputs, captures) for _, captures in trials if captures]
     done = done or [summarize(inputs, [])]
     return done, next((s.problem for s in done if s.problem), None), found
 
