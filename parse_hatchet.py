@@ -192,8 +192,7 @@ def callsites(run: Run) -> dict:
     kernels = {}
     for (chain, name), (ms, launches) in run.capture.sites.items():
         if chain:  # kernels with no frame of the user's above them (shadow context)
-            row = {"name": name, "launches": launches, "ms": ms}
-            kernels.setdefault(chain, []).append(row)
+            kernels.setdefault(chain, []).append({"name": name, "launches": launches, "ms": ms})
     chains = run.capture.chains
     names = short_names({frame[0] for _, frame, _ in chains.links[1:]})
     texts, sites = chains.texts(list(kernels), names), {}
@@ -227,9 +226,8 @@ def headline(summary: dict) -> str:
     if "proton_diff" in summary:
         return summary["proton_diff"]["first_line"]
     if not (kernels := summary.get("proton_kernels")):
-        return (
-            f"no timed kernel; {len(summary.get('proton_scopes', []))} scopes timed inside kernels"
-        )
+        scopes = len(summary.get("proton_scopes", []))
+        return f"no timed kernel; {scopes} scopes timed inside kernels"
     k, gpu_ms = kernels[0], summary["proton_gpu_time_ms"]
     line = f"{k['readable_name']}: {k['share']:.1%} of {gpu_ms:.4f} ms of GPU time"
     if k["launches"]:
@@ -440,14 +438,6 @@ def diffed(args: argparse.Namespace, found: files.Found, done: list, inputs: set
     return compare.diff(*sides, args.diff, gate, ab), None
 
 
-def told(args: argparse.Namespace, diff: dict, failed: bool, inputs: set) -> None:
-    """The comparison as Markdown where --markdown asks; each regression on stderr."""
-    if args.markdown is not None:
-        files.write_output(args.markdown, compare.markdown(diff), inputs)
-    for line in compare.failures(diff) if failed else []:
-        say(line)
-
-
 def run(args: argparse.Namespace) -> int:
     done, problem, found = summaries(args.paths, args.world_size, ceilings(args.ceiling))
     inputs = set(found.seen)
@@ -468,8 +458,10 @@ def run(args: argparse.Namespace) -> int:
     status = 1 if unread else 3 if summary.get("proton_diff", {}).get("regressions") else 0
     if output is not None:
         files.write_output(output, to_json(summary), inputs)
-    if summary.get("proton_diff"):
-        told(args, summary["proton_diff"], status == 3, inputs)
+    if args.markdown is not None:  # --markdown needs --diff
+        files.write_output(args.markdown, compare.markdown(summary["proton_diff"]), inputs)
+    for line in compare.failures(summary["proton_diff"]) if status == 3 else []:
+        say(line)
     if args.folded is not None:
         shown = {k["name"]: k["readable_name"] for k in summary["proton_kernels"]}
         files.write_output(args.folded, views.folded(done[0].run.capture, shown), inputs)
