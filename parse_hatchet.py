@@ -111,9 +111,9 @@ def read(captures: list, unread: list) -> Run:
     return run
 
 
-def problem(run: Run, unread: list, records: dict, world_size: int | None) -> str | None:
+def problem(run: Run, unread: list, provenance: list, world_size: int | None) -> str | None:
     """Why the captures cannot be summarised as one run, or hold nothing to summarise."""
-    ids = {(files.record_of(path, records) or {}).get("run_id") for path in run.read}
+    ids = {(record or {}).get("run_id") for record in provenance}
     if len(ids) > 1:
         named = ", ".join(sorted(str(i) for i in ids))[:200]
         return f"captures of {len(ids)} runs (run_id {named}): a summary never mixes runs"
@@ -146,7 +146,8 @@ def summarize(inputs: Inputs, captures: list) -> Summary:
     unread = list(inputs.found.skipped)
     run = read(captures, unread)
     summary = {"proton_artifact_dir": inputs.folder}
-    if why := problem(run, unread, inputs.records, inputs.world_size):
+    records = [files.record_of(path, inputs.records) for path in run.read]
+    if why := problem(run, unread, records, inputs.world_size):
         return Summary(summary, why, run)
     for entry in unread:
         say(f"warning: skipped {entry['file']}: {entry['why']}")
@@ -158,7 +159,6 @@ def summarize(inputs: Inputs, captures: list) -> Summary:
     summary.update(five_keys(kernels) if kernels else {})
     summary["proton_context"] = "python" if run.capture.chains.python else "shadow"
     summary["proton_device"] = list(run.devices.values())
-    records = [files.record_of(path, inputs.records) for path in run.read]
     summary["proton_provenance"] = next(filter(None, records), None)
     summary["proton_unread"] = unread
     summary["proton_kernels"] = [
