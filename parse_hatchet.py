@@ -96,8 +96,8 @@ class Inputs(NamedTuple):
     found: files.Found
     folder: str
     records: dict
-    world_size: int | None = None
-    ceilings: list = []
+    world_size: int | None
+    ceilings: list
 
 
 def read(captures: list, unread: list) -> Run:
@@ -472,6 +472,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    status = main()
-    if status:
-        raise SystemExit(status)
+    sys.exit(main())
