@@ -53,12 +53,12 @@ def readable(name: str) -> str:
     import cxxfilt
 
     try:
-        text = cxxfilt.demangle(name) if name.startswith("_Z") else name
-    except (cxxfilt.Error, ValueError):  # not a C++ name after all, or not ASCII
+        text = cxxfilt.demangle(name)  # a name not starting _Z as it is
+    except (cxxfilt.Error, ValueError):  # not a C++ name after all, or not UTF-8
         return name
     if text != name and text.endswith(")"):  # the last balanced (...): parameters
         depth = 0
-        for i in range(len(text) - 1, -1, -1):
+        for i in reversed(range(len(text))):
             depth += {")": 1, "(": -1}.get(text[i], 0)
             if depth == 0:
                 text = text[:i].removeprefix("void ")
