@@ -1,14 +1,12 @@
 """Summarise Proton captures as JSON: aorta's five keys, then each kernel and each call
 site that launched GPU time, then the views (summary/views.py: rates, timelines, ranks,
-scopes) and a comparison with an earlier run (summary/compare.py).
+scopes) and a comparison with an earlier run (summary/compare.py); docs/summary.md
+describes every input and key.
 
     python parse_hatchet.py PATH [PATH ...] [-o FILE] [--table] [--top N] [--folded FILE]
         [--html FILE] [--world-size N] [--ceiling PATH] [--diff BASE [--fail-above PCT]
         [--min-ms MS] [--same PCT] [--any-device] [--markdown FILE]]
 
-Each PATH is a capture or a folder searched for them (summary/files.py): one run, its
-ranks' captures added up, or one run of trials. The five proton_* keys follow ROCm aorta's
-Proton collector to the letter (summary/run.py); docs/summary.md describes every key.
 Exit status: 0 summarised; 1 summarised but a capture found was not read or a rank of
 --world-size has none (proton_unread names each), or nothing to summarise (stderr says
 why); 2 usage, an input or output refused or not written, runs that do not compare;
@@ -55,12 +53,12 @@ def readable(name: str) -> str:
     import cxxfilt
 
     try:
-        text = cxxfilt.demangle(name) if name.startswith("_Z") else name
-    except (cxxfilt.Error, ValueError):  # not a C++ name after all, or not ASCII
+        text = cxxfilt.demangle(name)  # a name not starting _Z as it is
+    except (cxxfilt.Error, ValueError):  # not a C++ name after all, or not UTF-8
         return name
     if text != name and text.endswith(")"):  # the last balanced (...): parameters
         depth = 0
-        for i in range(len(text) - 1, -1, -1):
+        for i in reversed(range(len(text))):
             depth += {")": 1, "(": -1}.get(text[i], 0)
             if depth == 0:
                 text = text[:i].removeprefix("void ")
@@ -98,8 +96,8 @@ class Inputs(NamedTuple):
     found: files.Found
     folder: str
     records: dict
-    world_size: int | None = None
-    ceilings: list = []
+    world_size: int | None
+    ceilings: list
 
 
 def read(captures: list, unread: list) -> Run:
@@ -113,9 +111,9 @@ def read(captures: list, unread: list) -> Run:
     return run
 
 
-def problem(run: Run, unread: list, records: dict, world_size: int | None) -> str | None:
+def problem(run: Run, unread: list, provenance: list, world_size: int | None) -> str | None:
     """Why the captures cannot be summarised as one run, or hold nothing to summarise."""
-    ids = {(files.record_of(path, records) or {}).get("run_id") for path in run.read}
+    ids = {(record or {}).get("run_id") for record in provenance}
     if len(ids) > 1:
         named = ", ".join(sorted(str(i) for i in ids))[:200]
         return f"captures of {len(ids)} runs (run_id {named}): a summary never mixes runs"
@@ -148,7 +146,8 @@ def summarize(inputs: Inputs, captures: list) -> Summary:
     unread = list(inputs.found.skipped)
     run = read(captures, unread)
     summary = {"proton_artifact_dir": inputs.folder}
-    if why := problem(run, unread, inputs.records, inputs.world_size):
+    records = [files.record_of(path, inputs.records) for path in run.read]
+    if why := problem(run, unread, records, inputs.world_size):
         return Summary(summary, why, run)
     for entry in unread:
         say(f"warning: skipped {entry['file']}: {entry['why']}")
@@ -160,7 +159,6 @@ def summarize(inputs: Inputs, captures: list) -> Summary:
     summary.update(five_keys(kernels) if kernels else {})
     summary["proton_context"] = "python" if run.capture.chains.python else "shadow"
     summary["proton_device"] = list(run.devices.values())
-    records = [files.record_of(path, inputs.records) for path in run.read]
     summary["proton_provenance"] = next(filter(None, records), None)
     summary["proton_unread"] = unread
     summary["proton_kernels"] = [
@@ -194,8 +192,7 @@ def callsites(run: Run) -> dict:
     kernels = {}
     for (chain, name), (ms, launches) in run.capture.sites.items():
         if chain:  # kernels with no frame of the user's above them (shadow context)
-            row = {"name": name, "launches": launches, "ms": ms}
-            kernels.setdefault(chain, []).append(row)
+            kernels.setdefault(chain, []).append({"name": name, "launches": launches, "ms": ms})
     chains = run.capture.chains
     names = short_names({frame[0] for _, frame, _ in chains.links[1:]})
     texts, sites = chains.texts(list(kernels), names), {}
@@ -216,7 +213,7 @@ def to_json(summary: dict) -> bytes:
     capture's output more than encoding it)."""
     try:
         values = [msgspec.json.encode(value) for value in summary.values()]
-    except UnicodeEncodeError:  # a lone surrogate in a name: json writes it as an escape
+    except UnicodeEncodeError:  # a path not UTF-8 (its bytes as lone surrogates): escaped
         values = [json.dumps(value, allow_nan=False).encode() for value in summary.values()]
     pairs = zip(summary, values, strict=True)
     lines = (b'  "%s": %s' % (key.encode(), value) for key, value in pairs)
@@ -229,9 +226,8 @@ def headline(summary: dict) -> str:
     if "proton_diff" in summary:
         return summary["proton_diff"]["first_line"]
     if not (kernels := summary.get("proton_kernels")):
-        return (
-            f"no timed kernel; {len(summary.get('proton_scopes', []))} scopes timed inside kernels"
-        )
+        scopes = len(summary.get("proton_scopes", []))
+        return f"no timed kernel; {scopes} scopes timed inside kernels"
     k, gpu_ms = kernels[0], summary["proton_gpu_time_ms"]
     line = f"{k['readable_name']}: {k['share']:.1%} of {gpu_ms:.4f} ms of GPU time"
     if k["launches"]:
@@ -249,10 +245,8 @@ def table(summary: dict, top: int) -> str:
     """Each view as aligned text after a blank line, its names escaped: the comparison
     first, then kernels, call sites and the views of views.py."""
     first = [] if "proton_diff" in summary else [headline(summary)]  # compare's own first line
-    tables = [first, kernels_table(summary, top), callsites_table(summary, top)]
-    if "proton_diff" in summary or "proton_trials" in summary:
-        tables.insert(0, compare.table(summary, top))
-    tables += views.tables(summary, top)
+    tables = [compare.table(summary, top), first, kernels_table(summary, top)]
+    tables += [callsites_table(summary, top), *views.tables(summary, top)]
     return "\n\n".join("\n".join(map(printable, lines)) for lines in tables if lines) + "\n"
 
 
@@ -393,15 +387,15 @@ def summaries(
     if len({files.kind(path) for path in found.files}) > 1:
         raise Refused("trees and traces together are captures of different runs: summarise apart")
     dirs = [Path(p).resolve() if Path(p).is_dir() else Path(p).resolve().parent for p in paths]
-    trials = found.trials or [(None, found.files)]
-    for folder, captures in trials:
-        if folder and not captures:
+    for folder, captures in found.trials:
+        if not captures:
             found.skipped.append(
                 {"file": str(folder), "why": "no capture: the trial did not finish"}
             )
     records = files.records(found, found.skipped)
     inputs = Inputs(found, os.path.commonpath(dirs), records, world, list(ceiling))
-    done = [summarize(inputs, captures) for _, captures in trials if captures or len(trials) == 1]
+    trials = found.trials or [(None, found.files)]
+    done = [summarize(inputs, captures) for _, captures in trials if captures]
     done = done or [summarize(inputs, [])]
     return done, next((s.problem for s in done if s.problem), None), found
 
@@ -444,14 +438,6 @@ def diffed(args: argparse.Namespace, found: files.Found, done: list, inputs: set
     return compare.diff(*sides, args.diff, gate, ab), None
 
 
-def told(args: argparse.Namespace, diff: dict, failed: bool, inputs: set) -> None:
-    """The comparison as Markdown where --markdown asks; each regression on stderr."""
-    if args.markdown is not None:
-        files.write_output(args.markdown, compare.markdown(diff), inputs)
-    for line in compare.failures(diff) if failed else []:
-        say(line)
-
-
 def run(args: argparse.Namespace) -> int:
     done, problem, found = summaries(args.paths, args.world_size, ceilings(args.ceiling))
     inputs = set(found.seen)
@@ -472,8 +458,10 @@ def run(args: argparse.Namespace) -> int:
     status = 1 if unread else 3 if summary.get("proton_diff", {}).get("regressions") else 0
     if output is not None:
         files.write_output(output, to_json(summary), inputs)
-    if summary.get("proton_diff"):
-        told(args, summary["proton_diff"], status == 3, inputs)
+    if args.markdown is not None:  # --markdown needs --diff
+        files.write_output(args.markdown, compare.markdown(summary["proton_diff"]), inputs)
+    for line in compare.failures(summary["proton_diff"]) if status == 3 else []:
+        say(line)
     if args.folded is not None:
         shown = {k["name"]: k["readable_name"] for k in summary["proton_kernels"]}
         files.write_output(args.folded, views.folded(done[0].run.capture, shown), inputs)
@@ -484,6 +472,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    status = main()
-    if status:
-        raise SystemExit(status)
+    sys.exit(main())

@@ -1066,6 +1066,13 @@ def test_a_lone_surrogate_in_a_mangled_name(tmp_path):
     assert p.returncode == 0 and "Traceback" not in p.stderr
 
 
+def test_a_folder_whose_name_is_not_utf_8(tmp_path):
+    # Linux names are bytes: Python holds those that are not UTF-8 as lone surrogates.
+    folder = tmp_path / os.fsdecode(b"caf\xe9")
+    p = cli(write(folder / "t.hatchet", GOOD))
+    assert p.returncode == 0 and strict(p.stdout)["proton_artifact_dir"] == str(folder)
+
+
 def test_unreadable_folders(tmp_path, monkeypatch):
     write(tmp_path / "a.hatchet", GOOD)
     (tmp_path / "locked").mkdir()
