@@ -6,6 +6,9 @@ Each side is a list of summaries (parse_hatchet.py), one for each trial. A row's
 trial is its total ms there. Launches under Triton's autotuner (call sites marked
 [autotuning]) are rows of their own, apart from their kernels' times and the GPU time's,
 and never gated. The rules are docs/summary.md's "Compare".
+
+In order: a run of trials; what each side ran; matching rows by what they are; the rule;
+the comparison; whether two runs compare at all; what it says.
 """
 
 import math
@@ -29,9 +32,6 @@ class Gate(NamedTuple):
     fail_above: float | None = None
     min_ms: float = 0.01
     same: float = 2.0
-
-
-# --- Trials ---------------------------------------------------------------------------
 
 
 def per_trial(summaries: list, rows: str, key: callable) -> dict:
@@ -59,9 +59,6 @@ def trials(summaries: list) -> dict:
         {"name": name, **spread(times), "times_ms": times} for name, (_, times) in kernels.items()
     ]
     return {"n": len(summaries), "kernels": sorted(rows, key=lambda r: r["mean_ms"], reverse=True)}
-
-
-# --- What each side ran: kernels outside the tuner, call sites -------------------------
 
 
 def kernel_times(side: list) -> dict:
@@ -100,9 +97,6 @@ def kernel_key(name: str) -> str:
 
 def site_key(text: str) -> str:
     return LINE.sub(":", text)  # its files and functions, lines apart
-
-
-# --- Matching rows by what they are ---------------------------------------------------
 
 
 def matched_kernels(before: dict, after: dict) -> list:
@@ -171,9 +165,6 @@ def mutual(old: list, new: list) -> list:
             old.remove(x)
             new.remove(y)
     return pairs
-
-
-# --- The rule -------------------------------------------------------------------------
 
 
 def t_quantile(p: float, v: float) -> float:
@@ -245,9 +236,6 @@ def judged(base: list, now: list, m: int, gate: Gate) -> dict:
     ratio = math.exp(ln_r) if low is not None else means[1] / means[0] if means[0] else None
     regression = said == "slower" and grew and past
     return {"ratio": ratio, "low": low, "high": high, "verdict": said, "regression": regression}
-
-
-# --- The comparison -------------------------------------------------------------------
 
 
 def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False) -> dict:
@@ -332,9 +320,6 @@ def shown_as(row: dict) -> str:
     return row.get("readable_name") or row.get("callsite")
 
 
-# --- Whether two runs compare at all --------------------------------------------------
-
-
 def device(side: list) -> tuple:
     """What a run ran on: its provenance's device, and its capture's devices' arch."""
     summary = side[0]
@@ -373,9 +358,6 @@ def unfit(base: list) -> str | None:
     return (
         None if "proton_gpu_time_ms" in base[0] else "no timed kernel to compare with (scopes only)"
     )
-
-
-# --- What it says ---------------------------------------------------------------------
 
 
 def story(d: dict, regressions: list) -> str:

@@ -77,9 +77,6 @@ def rows_axis(fig: go.Figure, labels: list[str]) -> None:
     fig.update_yaxes(autorange="reversed", **ticks)
 
 
-# --- The top: headline, gate, facts ---------------------------------------------------
-
-
 def gate(summary: dict) -> list[str]:
     """The comparison's gate in the terminal's words: the outcome as its Markdown says it,
     then each regression as stderr says it (exit 3); none where --fail-above was not given."""
@@ -126,9 +123,6 @@ def top(summary: dict) -> list[str]:
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts(summary)
     )
     return [*parts, f'<table id="facts">{"".join(cells)}</table>']
-
-
-# --- Kernels --------------------------------------------------------------------------
 
 
 def autotuned(summary: dict) -> dict:
@@ -213,9 +207,6 @@ def peak_bars(fig: go.Figure, shown: list, at: list) -> None:
     fig.update_xaxes(range=[0, most * 1.6], row=1, col=2)
 
 
-# --- Call sites as an icicle ----------------------------------------------------------
-
-
 def frames(callsite: str) -> list[str]:
     """A call site's frames, outermost first; a bracketed note (a CUDA graph's replay
     site, autotuning) stays on the innermost frame."""
@@ -271,9 +262,6 @@ def callsites(summary: dict) -> Figure | None:
     caption = ["Each frame as wide as the GPU time launched under it; click to zoom in."]
     caption += more(sites, MOST, "call sites")
     return Figure("callsites", "Call sites (icicle of the folded stacks)", caption, fig)
-
-
-# --- Views of traces, ranks and scopes ------------------------------------------------
 
 
 def ranked(entry: dict) -> str:
@@ -369,9 +357,6 @@ def scopes(summary: dict) -> Figure | None:
     return Figure("scopes", "Scopes: cycles inside each kernel", caption, fig)
 
 
-# --- Trials and comparisons -----------------------------------------------------------
-
-
 def points(fig: go.Figure, at: int, times: list | None, mean: float | None, base: bool) -> None:
     """A row's per-trial times as points, each over the base's mean."""
     if times and mean:
@@ -457,8 +442,6 @@ def trials(summary: dict) -> Figure | None:
     rows_axis(fig, labels)
     return Figure("trials", f"Trials: each kernel's time in each of {runs['n']}", [], fig)
 
-
-# --- The page -------------------------------------------------------------------------
 
 VIEWS = (kernels, callsites, compared, trials, timeline, ranks, scopes)
 
