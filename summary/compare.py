@@ -168,23 +168,16 @@ def mutual(old: list, new: list) -> list:
 
 
 def t_quantile(p: float, v: float) -> float:
-    """Student's t quantile for 0.5 < p < 1 and v > 0 degrees of freedom: the t whose upper
+    """Student's t quantile for 0.5 < p < 1 and v >= 1 degrees of freedom: the t whose upper
     tail, I_x(v/2, 1/2) / 2 at x = v / (v + t^2) (Abramowitz and Stegun 26.7.1), is 1 - p;
-    found by Newton's method on ln I_x against ln x, nearly a line, from its first term
-    near 0, x^a / (a B(a, b)) (26.5.4)."""
-    from mpmath import betainc
+    found on ln t by the Anderson-Bjorck method, between the normal's and Cauchy's (v = 1)."""
+    from mpmath import betainc, exp, findroot, log
 
-    a, b, target = v / 2, 0.5, math.log(2 * (1 - p))
-    log_beta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
-    u = min((target + math.log(a) + log_beta) / a, -1e-9)  # ln x, kept below 0
-    for _ in range(50):
-        tail = float(betainc(a, b, 0, math.exp(u), regularized=True))
-        slope = math.exp(a * u + (b - 1) * math.log1p(-math.exp(u)) - log_beta) / tail
-        step = (math.log(tail) - target) / slope
-        u = min(u - step, u / 2)
-        if abs(step) < 1e-12:
-            break
-    return math.sqrt(v * -math.expm1(u) / math.exp(u))
+    def gap(s: float) -> float:  # ln of the tail at t = e^s over 1 - p: near a line in s
+        return log(betainc(v / 2, 0.5, 0, v / (v + exp(2 * s)), regularized=True) / (2 * (1 - p)))
+
+    bounds = statistics.NormalDist().inv_cdf(p), math.tan(math.pi * (p - 0.5))
+    return math.exp(findroot(gap, [math.log(t) for t in bounds], solver="anderson"))
 
 
 def interval(base: list, now: list, m: int) -> tuple:
