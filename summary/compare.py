@@ -34,16 +34,6 @@ class Gate(NamedTuple):
     same: float = 2.0
 
 
-def per_trial(summaries: list, rows: str, key: callable) -> dict:
-    """key(row) -> (row, [ms in each trial, 0 where it did not run])."""
-    out = {}
-    for i, summary in enumerate(summaries):
-        for row in summary.get(rows, []):
-            entry = out.setdefault(key(row), (row, [0.0] * len(summaries)))
-            entry[1][i] += row["total_ms" if rows == "proton_kernels" else "ms"]
-    return out
-
-
 def spread(times: list) -> dict:
     """mean, min and max ms across trials, and the coefficient of variation (None for one
     trial, or a mean of 0)."""
@@ -54,11 +44,22 @@ def spread(times: list) -> dict:
 
 def trials(summaries: list) -> dict:
     """proton_trials: n, and each kernel's time per trial across trials, the largest first."""
-    kernels = per_trial(summaries, "proton_kernels", lambda row: row["name"])
-    rows = [
-        {"name": name, **spread(times), "times_ms": times} for name, (_, times) in kernels.items()
-    ]
+    times = {}
+    for i, summary in enumerate(summaries):
+        for k in summary.get("proton_kernels", []):
+            times.setdefault(k["name"], [0.0] * len(summaries))[i] += k["total_ms"]
+    rows = [{"name": name, **spread(t), "times_ms": t} for name, t in times.items()]
     return {"n": len(summaries), "kernels": sorted(rows, key=lambda r: r["mean_ms"], reverse=True)}
+
+
+def autotuned(summary: dict) -> dict:
+    """Each kernel's (ms, launches) of Triton's autotuner timing its configs."""
+    out = {}
+    for site in summary.get("proton_callsites") or []:
+        for k in site["kernels"] if TUNING in site["callsite"] else []:
+            ms, n = out.get(k["name"], (0.0, 0))
+            out[k["name"]] = (ms + k["ms"], n + (k.get("launches") or 0))
+    return out
 
 
 def kernel_times(side: list) -> dict:
@@ -66,11 +67,7 @@ def kernel_times(side: list) -> dict:
     tuner is none."""
     out = {}
     for i, summary in enumerate(side):
-        tuned = {}
-        for site in summary.get("proton_callsites", []):
-            for k in site["kernels"] if TUNING in site["callsite"] else []:
-                ms, n = tuned.get(k["name"], (0.0, 0))
-                tuned[k["name"]] = (ms + k["ms"], n + (k["launches"] or 0))
+        tuned = autotuned(summary)
         for k in summary.get("proton_kernels", []):
             ms, n = tuned.get(k["name"], (0.0, 0))
             if not n or (k["launches"] or 0) > n:

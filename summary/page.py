@@ -13,7 +13,7 @@ import html
 import zlib
 from typing import TYPE_CHECKING, NamedTuple
 
-from summary.compare import TUNING
+from summary.compare import autotuned
 from summary.views import launch_bound
 
 if TYPE_CHECKING:  # plotly is imported only when a page is made
@@ -125,16 +125,6 @@ def top(summary: dict) -> list[str]:
     return [*parts, f'<table id="facts">{"".join(cells)}</table>']
 
 
-def autotuned(summary: dict) -> dict:
-    """Each kernel's [ms, launches] of Triton's autotuner timing its configs."""
-    out = {}
-    for site in summary.get("proton_callsites") or []:
-        for k in site["kernels"] if TUNING in site["callsite"] else []:
-            tuned = out.setdefault(k["name"], [0.0, 0])
-            tuned[:] = tuned[0] + k["ms"], tuned[1] + (k.get("launches") or 0)
-    return out
-
-
 def kernel_words(k: dict, tuned: list) -> str:
     """A kernel bar's words: its launches (the tuner's apart), mean and GB/s where recorded."""
     launches = "?" if k.get("launches") is None else k["launches"] - tuned[1]
@@ -166,7 +156,7 @@ def kernels(summary: dict) -> Figure | None:
         horizontal_spacing=0.03,
         subplot_titles=["share of GPU time", "% of peak GB/s"] if rated else None,
     )
-    tuned = [tuned.get(k["name"], [0.0, 0]) for k in shown]
+    tuned = [tuned.get(k["name"], (0.0, 0)) for k in shown]
     tuning = [ms / total for ms, _ in tuned]
     own = [k["total_ms"] / total - t for k, t in zip(shown, tuning, strict=True)]
     words = [text(kernel_words(k, t)) for k, t in zip(shown, tuned, strict=True)]
