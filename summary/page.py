@@ -4,20 +4,21 @@ device and provenance, then a figure for each view the summary holds. plotly dra
 figures, its JavaScript inline, so that the page opens offline and fetches nothing.
 
 Only the summary's keys are read, each view where it is present, so that the page shows
-exactly what summary.json says; plotly is imported only when a page is made.
+exactly what summary.json says. parse_hatchet.py imports this module only when a page is
+asked for, so that plotly loads only then.
 """
-
-from __future__ import annotations
 
 import html
 import zlib
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from summary.compare import autotuned
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.subplots import make_subplots
+
+from summary.compare import autotuned, failures
+from summary.files import write_output
 from summary.views import launch_bound
-
-if TYPE_CHECKING:  # plotly is imported only when a page is made
-    import plotly.graph_objects as go
 
 AORTA_KEYS = "proton_kernel_count proton_gpu_time_ms proton_top_kernel_ms proton_top_kernels "
 AORTA_KEYS = (*AORTA_KEYS.split(), "proton_artifact_dir")
@@ -80,8 +81,6 @@ def rows_axis(fig: go.Figure, labels: list[str]) -> None:
 def gate(summary: dict) -> list[str]:
     """The comparison's gate in the terminal's words: the outcome as its Markdown says it,
     then each regression as stderr says it (exit 3); none where --fail-above was not given."""
-    from summary.compare import failures
-
     diff = summary.get("proton_diff") or {}
     if diff.get("fail_above") is None:
         return []
@@ -140,8 +139,6 @@ def kernel_words(k: dict, tuned: list) -> str:
 def kernels(summary: dict) -> Figure | None:
     """Each kernel's share of GPU time (tuning launches apart) beside its percent of the
     device's nominal peak bandwidth, and of a measured ceiling where the run has one."""
-    from plotly.subplots import make_subplots
-
     rows = summary.get("proton_kernels") or []
     shown, tuned = rows[:TOP], autotuned(summary)
     if not shown:
@@ -215,8 +212,6 @@ def warm(frame: str) -> str:
 def callsites(summary: dict) -> Figure | None:
     """The call sites as an icicle (a flame graph root up): each frame of the user's,
     then the kernels it launched, as wide as their GPU time; the source line on hover."""
-    import plotly.graph_objects as go
-
     sites, names = summary.get("proton_callsites") or [], readable(summary)
     if not sites:
         return None
@@ -267,8 +262,6 @@ def site_label(entry: dict) -> str:
 def timeline(summary: dict) -> Figure | None:
     """Each call site's launches over its span as a strip of bins, a bin's colour the
     share of it in which the site's kernels ran: the idle gaps are the pale bins."""
-    import plotly.graph_objects as go
-
     entries = [e for e in summary.get("proton_timeline") or [] if e.get("busy_by_bin")]
     shown = entries[:SITES]
     if not shown:
@@ -301,8 +294,6 @@ def timeline(summary: dict) -> Figure | None:
 
 def ranks(summary: dict) -> Figure | None:
     """Each rank's GPU time, with the imbalance and the start skew where known."""
-    import plotly.graph_objects as go
-
     rows = summary.get("proton_ranks") or []
     if not rows:
         return None
@@ -326,8 +317,6 @@ def ranks(summary: dict) -> Figure | None:
 
 def scopes(summary: dict) -> Figure | None:
     """Each kernel's scopes by their share of its cycles (the instrumentation backend)."""
-    import plotly.graph_objects as go
-
     rows = summary.get("proton_scopes") or []
     if not (shown := rows[:TOP]):
         return None
@@ -388,8 +377,6 @@ def judged(fig: go.Figure, at: int, row: dict) -> None:
 def compared(summary: dict) -> Figure | None:
     """Each compared row: its trials as points over the base's mean, its ratio with the
     interval it was judged by, coloured by the verdict."""
-    import plotly.graph_objects as go
-
     diff = summary.get("proton_diff")
     if not diff:
         return None
@@ -416,8 +403,6 @@ def compared(summary: dict) -> Figure | None:
 def trials(summary: dict) -> Figure | None:
     """A run of trials: each kernel's time in each trial over its mean (without the times
     in the summary, its min, mean and max)."""
-    import plotly.graph_objects as go
-
     runs = summary.get("proton_trials") or {}
     rows, names = runs.get("kernels", [])[:TOP], readable(summary)
     if not rows:
@@ -438,8 +423,6 @@ VIEWS = (kernels, callsites, compared, trials, timeline, ranks, scopes)
 
 def page(summary: dict) -> str:
     """The page of summary, one HTML document with plotly's JavaScript inline, once."""
-    import plotly.io as pio
-
     parts, inline = top(summary), True
     for view in VIEWS:
         if (figure := view(summary)) is None:
@@ -465,6 +448,4 @@ def page(summary: dict) -> str:
 def write(path: str, summary: dict, inputs: set = frozenset()) -> None:
     """Writes the page of summary to path as every output is written: never over an
     input, a regular file replaced atomically."""
-    from summary.files import write_output
-
     write_output(path, page(summary), inputs)
