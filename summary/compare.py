@@ -14,6 +14,7 @@ the comparison; whether two runs compare at all; what it says.
 import math
 import re
 import statistics
+from operator import itemgetter
 from typing import NamedTuple
 
 from summary.run import printable
@@ -32,6 +33,10 @@ class Gate(NamedTuple):
     fail_above: float | None = None
     min_ms: float = 0.01
     same: float = 2.0
+
+    def band(self) -> float:
+        """The percent within which a row is the same: --same, or --fail-above's where lower."""
+        return self.same if self.fail_above is None else min(self.same, self.fail_above)
 
 
 def spread(times: list) -> dict:
@@ -215,8 +220,7 @@ def judged(base: list, now: list, m: int, gate: Gate) -> dict:
     """A row's ratio, interval, verdict, and whether it is a regression, from its ms per
     trial on each side; m rows judged in all."""
     ln_r, low, high = interval(base, now, m)
-    band = gate.same if gate.fail_above is None else min(gate.same, gate.fail_above)
-    said = verdict(ln_r, low, high, math.log1p(band / 100))
+    said = verdict(ln_r, low, high, math.log1p(gate.band() / 100))
     if min(len(base), len(now)) > 1 and min(base + now) <= 0:
         said = "inconclusive"  # a trial it did not run in: no log time
     edge = ln_r if low is None else math.log(low)
@@ -255,13 +259,11 @@ def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False
     for x, y in tied:
         site = row({"callsite": (x or y)["callsite"]}, x and x["times"], y and y["times"], m, gate)
         out["callsites"].append({**site, "verdict": "ambiguous"})
-    regressions = ordered(r for r in out["kernels"] + out["callsites"] if r["regression"])
-    regressions += [out["total"]] if out["total"]["regression"] else []
-    out["regressions"] = [shown_as(r) for r in regressions]
+    out["regressions"] = [shown_as(r) for r in picked(out, itemgetter("regression"))]
     out["caveats"] = [] if interleaved else ["not interleaved"]
     out["caveats"] += [ONE_RUN] if out["method"] == "one run" else []
     out["caveats"] += [f"{d} (--any-device)"] if (d := devices(base, now)) else []
-    out["first_line"] = story(out, regressions)
+    out["first_line"] = story(out, gate)
     return out
 
 
@@ -281,6 +283,12 @@ def row(what: dict, base: list | None, now: list | None, m: int, gate: Gate) -> 
 
 def ordered(rows: object) -> list:
     return sorted(rows, key=lambda r: abs(r["ms"] - r["base_ms"]), reverse=True)
+
+
+def picked(d: dict, keep: callable) -> list:
+    """The rows that keep, the largest change first, the GPU time last."""
+    rows = ordered(r for r in d["kernels"] + d["callsites"] if keep(r))
+    return rows + [d["total"]] if keep(d["total"]) else rows
 
 
 def shown(before: dict | None, after: dict | None) -> dict:
@@ -350,20 +358,17 @@ def unfit(base: list) -> str | None:
     )
 
 
-def story(d: dict, regressions: list) -> str:
+def story(d: dict, gate: Gate) -> str:
     """The first line: the largest regression, else the judged change that adds or removes
     the most ms, else that none changed; the rows left inconclusive; the caveats."""
-    pct = d["fail_above"]
+    pct, regressions = gate.fail_above, picked(d, itemgetter("regression"))
     if regressions:
         more = f" ({len(regressions)} regressions)" if len(regressions) > 1 else ""
         lead = f"{said(regressions[0])}: past --fail-above {pct:g}{more}"
-    elif changed := ordered(r for r in d["kernels"] + d["callsites"] if changes(r)) + [
-        d["total"]
-    ] * changes(d["total"]):
+    elif changed := picked(d, changes):
         lead = said(changed[0]) + ("" if pct is None else f": none past --fail-above {pct:g}")
     else:
-        band = min(d["same"], d["fail_above"] if d["fail_above"] is not None else d["same"])
-        lead = f"no change beyond the noise and {band:g}% ({d['rows_judged']} rows judged)"
+        lead = f"no change beyond the noise and {gate.band():g}% ({d['rows_judged']} rows judged)"
     rows = d["kernels"] + d["callsites"] + [d["total"]]
     if n := sum(r["verdict"] == "inconclusive" for r in rows):
         lead += f"; {n} row{'s' * (n > 1)} inconclusive: more TRIALS would settle them"
@@ -386,10 +391,9 @@ def said(row: dict) -> str:
 
 def failures(d: dict) -> list:
     """One line for each regression, for stderr: what, ratio, interval, the PCT."""
-    rows = ordered(r for r in d["kernels"] + d["callsites"] if r["regression"])
-    rows += [d["total"]] if d["total"]["regression"] else []
-    tail = "".join(f"; {c}" for c in d["caveats"])
-    return [f"regression: {said(r)}, past --fail-above {d['fail_above']:g}{tail}" for r in rows]
+    pct, tail = d["fail_above"], "".join(f"; {c}" for c in d["caveats"])
+    rows = picked(d, itemgetter("regression"))
+    return [f"regression: {said(r)}, past --fail-above {pct:g}{tail}" for r in rows]
 
 
 def table(summary: dict, top: int) -> list:
@@ -401,11 +405,9 @@ def table(summary: dict, top: int) -> list:
         lines += [
             d["first_line"],
             f"against {d['base']}: {d['rows_judged']} rows judged, {how}{across(d)}",
-        ]
-        lines.append(
             f"{'base ms':>10} {'ms':>10} {'ratio':>6} {'low':>6} {'high':>6} {'trials':>7} "
-            f"{'verdict':>12}  GPU time, kernels, call sites"
-        )
+            f"{'verdict':>12}  GPU time, kernels, call sites",
+        ]
         for r in [d["total"], *d["kernels"][:top], *d["callsites"][:top]]:
             ratio, low, high = (
                 "" if r[k] is None else f"{r[k]:.3f}" for k in ("ratio", "low", "high")
@@ -445,10 +447,15 @@ def markdown(d: dict) -> str:
                 f"| {cell(shown_as(r))}{across(d)} | {r['base_ms']:.4f} | {r['ms']:.4f} | {ratio} "
                 f"| {span} | {r['n_base']}/{r['n']} | {r['verdict']} |"
             )
+    return "\n".join([*lines, "", outcome(d), ""])
+
+
+def outcome(d: dict) -> str:
+    """The gate's outcome in a line: none, passed, or how many rows failed it (exit 3)."""
     pct, failed = d["fail_above"], len(d["regressions"])
-    gate = "none" if pct is None else f"passed --fail-above {pct:g}"
-    gate = f"{failed} past --fail-above {pct:g}, exit 3" if failed else gate
-    return "\n".join([*lines, "", f"Gate: {gate}.", ""])
+    if failed:
+        return f"Gate: {failed} past --fail-above {pct:g}, exit 3."
+    return "Gate: none." if pct is None else f"Gate: passed --fail-above {pct:g}."
 
 
 def across(d: dict) -> str:

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from summary.compare import autotuned, failures
+from summary.compare import autotuned, failures, outcome
 from summary.files import write_output
 from summary.views import launch_bound
 
@@ -82,12 +82,7 @@ def gate(summary: dict) -> list[str]:
     """The comparison's gate in the terminal's words: the outcome as its Markdown says it,
     then each regression as stderr says it (exit 3); none where --fail-above was not given."""
     diff = summary.get("proton_diff") or {}
-    if diff.get("fail_above") is None:
-        return []
-    pct, failed = diff["fail_above"], len(diff.get("regressions") or [])
-    if not failed:
-        return [f"Gate: passed --fail-above {pct:g}."]
-    return [f"Gate: {failed} past --fail-above {pct:g}, exit 3.", *failures(diff)]
+    return [] if diff.get("fail_above") is None else [outcome(diff), *failures(diff)]
 
 
 def shown_value(value: object) -> str:
