@@ -30,6 +30,7 @@ ROW_PX, MARGIN_PX = 26, 110
 BLUE, PALE, ORANGE, GREEN, GREY = "#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#8c8c8c"
 RIGHT = {"orientation": "h", "row": 1, "col": 2, "hoverinfo": "x+name"}  # percent-of-peak bars
 DIAMOND = {"symbol": "diamond", "size": 13, "line": {"width": 1, "color": "#333"}}
+CONFIG = {"displayModeBar": False, "responsive": True}  # plotly's, for every figure
 VERDICT_COLOURS = {"slower": "#d62728", "faster": GREEN, "same": GREY, "inconclusive": ORANGE}
 STYLE = """body { font: 15px/1.45 system-ui, sans-serif; margin: 1.2em auto; max-width: 1200px;
 padding: 0 1em; color: #222 } h1, .gate { font: 600 1.05em ui-monospace, monospace;
@@ -78,13 +79,6 @@ def rows_axis(fig: go.Figure, labels: list[str]) -> None:
     fig.update_yaxes(autorange="reversed", **ticks)
 
 
-def gate(summary: dict) -> list[str]:
-    """The comparison's gate in the terminal's words: the outcome as its Markdown says it,
-    then each regression as stderr says it (exit 3); none where --fail-above was not given."""
-    diff = summary.get("proton_diff") or {}
-    return [] if diff.get("fail_above") is None else [outcome(diff), *failures(diff)]
-
-
 def shown_value(value: object) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
@@ -107,10 +101,12 @@ def facts(summary: dict) -> list[tuple[str, str]]:
 
 
 def top(summary: dict) -> list[str]:
-    """The headline verbatim, the gate's outcome, and the facts as a table."""
-    said = gate(summary)
-    passed = said and said[0].startswith("Gate: passed")
-    state = f' class="{"pass" if passed else "fail"}"' if said else ""
+    """The headline verbatim; where --fail-above was given, the gate's outcome as the Markdown
+    says it and each regression as stderr does; the facts as a table."""
+    diff = summary.get("proton_diff") or {}
+    gated = diff.get("fail_above") is not None
+    said = [outcome(diff), *failures(diff)] if gated else []
+    state = f' class="{"fail" if diff["regressions"] else "pass"}"' if gated else ""
     parts = [f'<h1 id="headline"{state}>{html.escape(summary.get("headline", ""))}</h1>']
     parts += [f'<p class="gate">{html.escape(line)}</p>' for line in said]
     cells = (
@@ -332,32 +328,24 @@ def scopes(summary: dict) -> Figure | None:
 
 
 def points(fig: go.Figure, at: int, times: list | None, mean: float | None, base: bool) -> None:
-    """A row's per-trial times as points, each over the base's mean."""
+    """A row's per-trial times as points, each over the base's mean: the base's open."""
+    colour, symbol, side = (GREY, "circle-open", "base") if base else (BLUE, "circle", "now")
     if times and mean:
         fig.add_scatter(
             x=[t / mean for t in times],
             y=[at] * len(times),
             mode="markers",
             showlegend=False,
-            marker={
-                "color": GREY if base else BLUE,
-                "symbol": "circle-open" if base else "circle",
-                "size": 8,
-            },
-            hovertemplate=("base" if base else "now") + ", a trial: %{x:.3f}<extra></extra>",
+            marker={"color": colour, "symbol": symbol, "size": 8},
+            hovertemplate=f"{side}, a trial: %{{x:.3f}}<extra></extra>",
         )
 
 
-def interval(row: dict) -> tuple[float, float]:
-    """A row's interval, or its ratio alone where there is none (one run a side)."""
-    if row.get("low") is None or row.get("high") is None:
-        return row["ratio"], row["ratio"]
-    return row["low"], row["high"]
-
-
 def judged(fig: go.Figure, at: int, row: dict) -> None:
-    """A row's ratio, now over the base, with its interval, coloured by its verdict."""
-    low, high = interval(row)
+    """A row's ratio, now over the base, with its interval (its ratio alone where it has
+    none: one run a side), coloured by its verdict."""
+    r = row["ratio"]
+    low, high = (r, r) if row.get("low") is None else (row["low"], row["high"])
     fig.add_scatter(
         x=[row["ratio"]],
         y=[at],
@@ -375,8 +363,7 @@ def compared(summary: dict) -> Figure | None:
     diff = summary.get("proton_diff")
     if not diff:
         return None
-    total = [diff["total"]] if diff.get("total") else []  # the GPU time, judged like a row
-    rows = [*total, *diff.get("kernels", [])[:TOP], *diff.get("callsites", [])[:TOP]]
+    rows = [diff["total"], *diff["kernels"][:TOP], *diff["callsites"][:TOP]]  # GPU time first
     fig, labels = go.Figure(), []
     for at, row in enumerate(rows):
         what = row.get("readable_name") or " > ".join(frames(row.get("callsite", ""))[-2:])
@@ -418,21 +405,12 @@ VIEWS = (kernels, callsites, compared, trials, timeline, ranks, scopes)
 
 def page(summary: dict) -> str:
     """The page of summary, one HTML document with plotly's JavaScript inline, once."""
-    parts, inline = top(summary), True
-    for view in VIEWS:
-        if (figure := view(summary)) is None:
-            continue
-        figure.figure.update_layout(template="none", margin={"t": 30, "r": 10, "b": 50})
-        figure.figure.update_yaxes(automargin=True)
-        parts.append(f"<h2>{figure.title}</h2>")
-        parts += [f'<p class="caption">{line}</p>' for line in figure.caption]
-        config = {"displayModeBar": False, "responsive": True}
-        parts.append(
-            pio.to_html(
-                figure.figure, config, include_plotlyjs=inline, full_html=False, div_id=figure.key
-            )
-        )
-        inline = False
+    parts, drawn = top(summary), filter(None, (view(summary) for view in VIEWS))  # None: no key
+    for i, (key, heading, caption, fig) in enumerate(drawn):
+        fig.update_layout(template="none", margin={"t": 30, "r": 10, "b": 50})
+        fig.update_yaxes(automargin=True)
+        parts += [f"<h2>{heading}</h2>", *(f'<p class="caption">{line}</p>' for line in caption)]
+        parts.append(pio.to_html(fig, CONFIG, include_plotlyjs=i == 0, full_html=False, div_id=key))
     title = html.escape(f"Proton summary: {summary.get('proton_artifact_dir', '')}")
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
