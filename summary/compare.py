@@ -6,11 +6,15 @@ Each side is a list of summaries (parse_hatchet.py), one for each trial. A row's
 trial is its total ms there. Launches under Triton's autotuner (call sites marked
 [autotuning]) are rows of their own, apart from their kernels' times and the GPU time's,
 and never gated. The rules are docs/summary.md's "Compare".
+
+In order: a run of trials; what each side ran; matching rows by what they are; the rule;
+the comparison; whether two runs compare at all; what it says.
 """
 
 import math
 import re
 import statistics
+from operator import itemgetter
 from typing import NamedTuple
 
 from summary.run import printable
@@ -30,18 +34,9 @@ class Gate(NamedTuple):
     min_ms: float = 0.01
     same: float = 2.0
 
-
-# --- Trials ---------------------------------------------------------------------------
-
-
-def per_trial(summaries: list, rows: str, key: callable) -> dict:
-    """key(row) -> (row, [ms in each trial, 0 where it did not run])."""
-    out = {}
-    for i, summary in enumerate(summaries):
-        for row in summary.get(rows, []):
-            entry = out.setdefault(key(row), (row, [0.0] * len(summaries)))
-            entry[1][i] += row["total_ms" if rows == "proton_kernels" else "ms"]
-    return out
+    def band(self) -> float:
+        """The percent within which a row is the same: --same, or --fail-above's where lower."""
+        return self.same if self.fail_above is None else min(self.same, self.fail_above)
 
 
 def spread(times: list) -> dict:
@@ -54,14 +49,22 @@ def spread(times: list) -> dict:
 
 def trials(summaries: list) -> dict:
     """proton_trials: n, and each kernel's time per trial across trials, the largest first."""
-    kernels = per_trial(summaries, "proton_kernels", lambda row: row["name"])
-    rows = [
-        {"name": name, **spread(times), "times_ms": times} for name, (_, times) in kernels.items()
-    ]
+    times = {}
+    for i, summary in enumerate(summaries):
+        for k in summary.get("proton_kernels", []):
+            times.setdefault(k["name"], [0.0] * len(summaries))[i] += k["total_ms"]
+    rows = [{"name": name, **spread(t), "times_ms": t} for name, t in times.items()]
     return {"n": len(summaries), "kernels": sorted(rows, key=lambda r: r["mean_ms"], reverse=True)}
 
 
-# --- What each side ran: kernels outside the tuner, call sites -------------------------
+def autotuned(summary: dict) -> dict:
+    """Each kernel's (ms, launches) of Triton's autotuner timing its configs."""
+    out = {}
+    for site in summary.get("proton_callsites") or []:
+        for k in site["kernels"] if TUNING in site["callsite"] else []:
+            ms, n = out.get(k["name"], (0.0, 0))
+            out[k["name"]] = (ms + k["ms"], n + (k.get("launches") or 0))
+    return out
 
 
 def kernel_times(side: list) -> dict:
@@ -69,11 +72,7 @@ def kernel_times(side: list) -> dict:
     tuner is none."""
     out = {}
     for i, summary in enumerate(side):
-        tuned = {}
-        for site in summary.get("proton_callsites", []):
-            for k in site["kernels"] if TUNING in site["callsite"] else []:
-                ms, n = tuned.get(k["name"], (0.0, 0))
-                tuned[k["name"]] = (ms + k["ms"], n + (k["launches"] or 0))
+        tuned = autotuned(summary)
         for k in summary.get("proton_kernels", []):
             ms, n = tuned.get(k["name"], (0.0, 0))
             if not n or (k["launches"] or 0) > n:
@@ -100,9 +99,6 @@ def kernel_key(name: str) -> str:
 
 def site_key(text: str) -> str:
     return LINE.sub(":", text)  # its files and functions, lines apart
-
-
-# --- Matching rows by what they are ---------------------------------------------------
 
 
 def matched_kernels(before: dict, after: dict) -> list:
@@ -173,27 +169,17 @@ def mutual(old: list, new: list) -> list:
     return pairs
 
 
-# --- The rule -------------------------------------------------------------------------
-
-
 def t_quantile(p: float, v: float) -> float:
-    """Student's t quantile for 0.5 < p < 1 and v > 0 degrees of freedom: the t whose upper
+    """Student's t quantile for 0.5 < p < 1 and v >= 1 degrees of freedom: the t whose upper
     tail, I_x(v/2, 1/2) / 2 at x = v / (v + t^2) (Abramowitz and Stegun 26.7.1), is 1 - p;
-    found by Newton's method on ln I_x against ln x, nearly a line, from its first term
-    near 0, x^a / (a B(a, b)) (26.5.4)."""
-    from mpmath import betainc
+    found on ln t by the Anderson-Bjorck method, between the normal's and Cauchy's (v = 1)."""
+    from mpmath import betainc, exp, findroot, log
 
-    a, b, target = v / 2, 0.5, math.log(2 * (1 - p))
-    log_beta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
-    u = min((target + math.log(a) + log_beta) / a, -1e-9)  # ln x, kept below 0
-    for _ in range(50):
-        tail = float(betainc(a, b, 0, math.exp(u), regularized=True))
-        slope = math.exp(a * u + (b - 1) * math.log1p(-math.exp(u)) - log_beta) / tail
-        step = (math.log(tail) - target) / slope
-        u = min(u - step, u / 2)
-        if abs(step) < 1e-12:
-            break
-    return math.sqrt(v * -math.expm1(u) / math.exp(u))
+    def gap(s: float) -> float:  # ln of the tail at t = e^s over 1 - p: near a line in s
+        return log(betainc(v / 2, 0.5, 0, v / (v + exp(2 * s)), regularized=True) / (2 * (1 - p)))
+
+    bounds = statistics.NormalDist().inv_cdf(p), math.tan(math.pi * (p - 0.5))
+    return math.exp(findroot(gap, [math.log(t) for t in bounds], solver="anderson"))
 
 
 def interval(base: list, now: list, m: int) -> tuple:
@@ -234,8 +220,7 @@ def judged(base: list, now: list, m: int, gate: Gate) -> dict:
     """A row's ratio, interval, verdict, and whether it is a regression, from its ms per
     trial on each side; m rows judged in all."""
     ln_r, low, high = interval(base, now, m)
-    band = gate.same if gate.fail_above is None else min(gate.same, gate.fail_above)
-    said = verdict(ln_r, low, high, math.log1p(band / 100))
+    said = verdict(ln_r, low, high, math.log1p(gate.band() / 100))
     if min(len(base), len(now)) > 1 and min(base + now) <= 0:
         said = "inconclusive"  # a trial it did not run in: no log time
     edge = ln_r if low is None else math.log(low)
@@ -245,9 +230,6 @@ def judged(base: list, now: list, m: int, gate: Gate) -> dict:
     ratio = math.exp(ln_r) if low is not None else means[1] / means[0] if means[0] else None
     regression = said == "slower" and grew and past
     return {"ratio": ratio, "low": low, "high": high, "verdict": said, "regression": regression}
-
-
-# --- The comparison -------------------------------------------------------------------
 
 
 def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False) -> dict:
@@ -277,13 +259,11 @@ def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False
     for x, y in tied:
         site = row({"callsite": (x or y)["callsite"]}, x and x["times"], y and y["times"], m, gate)
         out["callsites"].append({**site, "verdict": "ambiguous"})
-    regressions = ordered(r for r in out["kernels"] + out["callsites"] if r["regression"])
-    regressions += [out["total"]] if out["total"]["regression"] else []
-    out["regressions"] = [shown_as(r) for r in regressions]
+    out["regressions"] = [shown_as(r) for r in picked(out, itemgetter("regression"))]
     out["caveats"] = [] if interleaved else ["not interleaved"]
     out["caveats"] += [ONE_RUN] if out["method"] == "one run" else []
     out["caveats"] += [f"{d} (--any-device)"] if (d := devices(base, now)) else []
-    out["first_line"] = story(out, regressions)
+    out["first_line"] = story(out, gate)
     return out
 
 
@@ -303,6 +283,12 @@ def row(what: dict, base: list | None, now: list | None, m: int, gate: Gate) -> 
 
 def ordered(rows: object) -> list:
     return sorted(rows, key=lambda r: abs(r["ms"] - r["base_ms"]), reverse=True)
+
+
+def picked(d: dict, keep: callable) -> list:
+    """The rows that keep, the largest change first, the GPU time last."""
+    rows = ordered(r for r in d["kernels"] + d["callsites"] if keep(r))
+    return rows + [d["total"]] if keep(d["total"]) else rows
 
 
 def shown(before: dict | None, after: dict | None) -> dict:
@@ -330,9 +316,6 @@ def moved(old: dict | None, new: dict | None) -> str:
 
 def shown_as(row: dict) -> str:
     return row.get("readable_name") or row.get("callsite")
-
-
-# --- Whether two runs compare at all --------------------------------------------------
 
 
 def device(side: list) -> tuple:
@@ -375,23 +358,17 @@ def unfit(base: list) -> str | None:
     )
 
 
-# --- What it says ---------------------------------------------------------------------
-
-
-def story(d: dict, regressions: list) -> str:
+def story(d: dict, gate: Gate) -> str:
     """The first line: the largest regression, else the judged change that adds or removes
     the most ms, else that none changed; the rows left inconclusive; the caveats."""
-    pct = d["fail_above"]
+    pct, regressions = gate.fail_above, picked(d, itemgetter("regression"))
     if regressions:
         more = f" ({len(regressions)} regressions)" if len(regressions) > 1 else ""
         lead = f"{said(regressions[0])}: past --fail-above {pct:g}{more}"
-    elif changed := ordered(r for r in d["kernels"] + d["callsites"] if changes(r)) + [
-        d["total"]
-    ] * changes(d["total"]):
+    elif changed := picked(d, changes):
         lead = said(changed[0]) + ("" if pct is None else f": none past --fail-above {pct:g}")
     else:
-        band = min(d["same"], d["fail_above"] if d["fail_above"] is not None else d["same"])
-        lead = f"no change beyond the noise and {band:g}% ({d['rows_judged']} rows judged)"
+        lead = f"no change beyond the noise and {gate.band():g}% ({d['rows_judged']} rows judged)"
     rows = d["kernels"] + d["callsites"] + [d["total"]]
     if n := sum(r["verdict"] == "inconclusive" for r in rows):
         lead += f"; {n} row{'s' * (n > 1)} inconclusive: more TRIALS would settle them"
@@ -414,10 +391,9 @@ def said(row: dict) -> str:
 
 def failures(d: dict) -> list:
     """One line for each regression, for stderr: what, ratio, interval, the PCT."""
-    rows = ordered(r for r in d["kernels"] + d["callsites"] if r["regression"])
-    rows += [d["total"]] if d["total"]["regression"] else []
-    tail = "".join(f"; {c}" for c in d["caveats"])
-    return [f"regression: {said(r)}, past --fail-above {d['fail_above']:g}{tail}" for r in rows]
+    pct, tail = d["fail_above"], "".join(f"; {c}" for c in d["caveats"])
+    rows = picked(d, itemgetter("regression"))
+    return [f"regression: {said(r)}, past --fail-above {pct:g}{tail}" for r in rows]
 
 
 def table(summary: dict, top: int) -> list:
@@ -429,11 +405,9 @@ def table(summary: dict, top: int) -> list:
         lines += [
             d["first_line"],
             f"against {d['base']}: {d['rows_judged']} rows judged, {how}{across(d)}",
-        ]
-        lines.append(
             f"{'base ms':>10} {'ms':>10} {'ratio':>6} {'low':>6} {'high':>6} {'trials':>7} "
-            f"{'verdict':>12}  GPU time, kernels, call sites"
-        )
+            f"{'verdict':>12}  GPU time, kernels, call sites",
+        ]
         for r in [d["total"], *d["kernels"][:top], *d["callsites"][:top]]:
             ratio, low, high = (
                 "" if r[k] is None else f"{r[k]:.3f}" for k in ("ratio", "low", "high")
@@ -473,10 +447,15 @@ def markdown(d: dict) -> str:
                 f"| {cell(shown_as(r))}{across(d)} | {r['base_ms']:.4f} | {r['ms']:.4f} | {ratio} "
                 f"| {span} | {r['n_base']}/{r['n']} | {r['verdict']} |"
             )
+    return "\n".join([*lines, "", outcome(d), ""])
+
+
+def outcome(d: dict) -> str:
+    """The gate's outcome in a line: none, passed, or how many rows failed it (exit 3)."""
     pct, failed = d["fail_above"], len(d["regressions"])
-    gate = "none" if pct is None else f"passed --fail-above {pct:g}"
-    gate = f"{failed} past --fail-above {pct:g}, exit 3" if failed else gate
-    return "\n".join([*lines, "", f"Gate: {gate}.", ""])
+    if failed:
+        return f"Gate: {failed} past --fail-above {pct:g}, exit 3."
+    return "Gate: none." if pct is None else f"Gate: passed --fail-above {pct:g}."
 
 
 def across(d: dict) -> str:

@@ -4,20 +4,21 @@ device and provenance, then a figure for each view the summary holds. plotly dra
 figures, its JavaScript inline, so that the page opens offline and fetches nothing.
 
 Only the summary's keys are read, each view where it is present, so that the page shows
-exactly what summary.json says; plotly is imported only when a page is made.
+exactly what summary.json says. parse_hatchet.py imports this module only when a page is
+asked for, so that plotly loads only then.
 """
-
-from __future__ import annotations
 
 import html
 import zlib
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from summary.compare import TUNING
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.subplots import make_subplots
+
+from summary.compare import autotuned, failures, outcome
+from summary.files import write_output
 from summary.views import launch_bound
-
-if TYPE_CHECKING:  # plotly is imported only when a page is made
-    import plotly.graph_objects as go
 
 AORTA_KEYS = "proton_kernel_count proton_gpu_time_ms proton_top_kernel_ms proton_top_kernels "
 AORTA_KEYS = (*AORTA_KEYS.split(), "proton_artifact_dir")
@@ -29,6 +30,7 @@ ROW_PX, MARGIN_PX = 26, 110
 BLUE, PALE, ORANGE, GREEN, GREY = "#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#8c8c8c"
 RIGHT = {"orientation": "h", "row": 1, "col": 2, "hoverinfo": "x+name"}  # percent-of-peak bars
 DIAMOND = {"symbol": "diamond", "size": 13, "line": {"width": 1, "color": "#333"}}
+CONFIG = {"displayModeBar": False, "responsive": True}  # plotly's, for every figure
 VERDICT_COLOURS = {"slower": "#d62728", "faster": GREEN, "same": GREY, "inconclusive": ORANGE}
 STYLE = """body { font: 15px/1.45 system-ui, sans-serif; margin: 1.2em auto; max-width: 1200px;
 padding: 0 1em; color: #222 } h1, .gate { font: 600 1.05em ui-monospace, monospace;
@@ -77,23 +79,6 @@ def rows_axis(fig: go.Figure, labels: list[str]) -> None:
     fig.update_yaxes(autorange="reversed", **ticks)
 
 
-# --- The top: headline, gate, facts ---------------------------------------------------
-
-
-def gate(summary: dict) -> list[str]:
-    """The comparison's gate in the terminal's words: the outcome as its Markdown says it,
-    then each regression as stderr says it (exit 3); none where --fail-above was not given."""
-    from summary.compare import failures
-
-    diff = summary.get("proton_diff") or {}
-    if diff.get("fail_above") is None:
-        return []
-    pct, failed = diff["fail_above"], len(diff.get("regressions") or [])
-    if not failed:
-        return [f"Gate: passed --fail-above {pct:g}."]
-    return [f"Gate: {failed} past --fail-above {pct:g}, exit 3.", *failures(diff)]
-
-
 def shown_value(value: object) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
@@ -116,29 +101,18 @@ def facts(summary: dict) -> list[tuple[str, str]]:
 
 
 def top(summary: dict) -> list[str]:
-    """The headline verbatim, the gate's outcome, and the facts as a table."""
-    said = gate(summary)
-    passed = said and said[0].startswith("Gate: passed")
-    state = f' class="{"pass" if passed else "fail"}"' if said else ""
+    """The headline verbatim; where --fail-above was given, the gate's outcome as the Markdown
+    says it and each regression as stderr does; the facts as a table."""
+    diff = summary.get("proton_diff") or {}
+    gated = diff.get("fail_above") is not None
+    said = [outcome(diff), *failures(diff)] if gated else []
+    state = f' class="{"fail" if diff["regressions"] else "pass"}"' if gated else ""
     parts = [f'<h1 id="headline"{state}>{html.escape(summary.get("headline", ""))}</h1>']
     parts += [f'<p class="gate">{html.escape(line)}</p>' for line in said]
     cells = (
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts(summary)
     )
     return [*parts, f'<table id="facts">{"".join(cells)}</table>']
-
-
-# --- Kernels --------------------------------------------------------------------------
-
-
-def autotuned(summary: dict) -> dict:
-    """Each kernel's [ms, launches] of Triton's autotuner timing its configs."""
-    out = {}
-    for site in summary.get("proton_callsites") or []:
-        for k in site["kernels"] if TUNING in site["callsite"] else []:
-            tuned = out.setdefault(k["name"], [0.0, 0])
-            tuned[:] = tuned[0] + k["ms"], tuned[1] + (k.get("launches") or 0)
-    return out
 
 
 def kernel_words(k: dict, tuned: list) -> str:
@@ -156,8 +130,6 @@ def kernel_words(k: dict, tuned: list) -> str:
 def kernels(summary: dict) -> Figure | None:
     """Each kernel's share of GPU time (tuning launches apart) beside its percent of the
     device's nominal peak bandwidth, and of a measured ceiling where the run has one."""
-    from plotly.subplots import make_subplots
-
     rows = summary.get("proton_kernels") or []
     shown, tuned = rows[:TOP], autotuned(summary)
     if not shown:
@@ -172,7 +144,7 @@ def kernels(summary: dict) -> Figure | None:
         horizontal_spacing=0.03,
         subplot_titles=["share of GPU time", "% of peak GB/s"] if rated else None,
     )
-    tuned = [tuned.get(k["name"], [0.0, 0]) for k in shown]
+    tuned = [tuned.get(k["name"], (0.0, 0)) for k in shown]
     tuning = [ms / total for ms, _ in tuned]
     own = [k["total_ms"] / total - t for k, t in zip(shown, tuning, strict=True)]
     words = [text(kernel_words(k, t)) for k, t in zip(shown, tuned, strict=True)]
@@ -213,9 +185,6 @@ def peak_bars(fig: go.Figure, shown: list, at: list) -> None:
     fig.update_xaxes(range=[0, most * 1.6], row=1, col=2)
 
 
-# --- Call sites as an icicle ----------------------------------------------------------
-
-
 def frames(callsite: str) -> list[str]:
     """A call site's frames, outermost first; a bracketed note (a CUDA graph's replay
     site, autotuning) stays on the innermost frame."""
@@ -234,8 +203,6 @@ def warm(frame: str) -> str:
 def callsites(summary: dict) -> Figure | None:
     """The call sites as an icicle (a flame graph root up): each frame of the user's,
     then the kernels it launched, as wide as their GPU time; the source line on hover."""
-    import plotly.graph_objects as go
-
     sites, names = summary.get("proton_callsites") or [], readable(summary)
     if not sites:
         return None
@@ -273,9 +240,6 @@ def callsites(summary: dict) -> Figure | None:
     return Figure("callsites", "Call sites (icicle of the folded stacks)", caption, fig)
 
 
-# --- Views of traces, ranks and scopes ------------------------------------------------
-
-
 def ranked(entry: dict) -> str:
     return f"rank {entry['rank']}: " if "rank" in entry else ""
 
@@ -289,8 +253,6 @@ def site_label(entry: dict) -> str:
 def timeline(summary: dict) -> Figure | None:
     """Each call site's launches over its span as a strip of bins, a bin's colour the
     share of it in which the site's kernels ran: the idle gaps are the pale bins."""
-    import plotly.graph_objects as go
-
     entries = [e for e in summary.get("proton_timeline") or [] if e.get("busy_by_bin")]
     shown = entries[:SITES]
     if not shown:
@@ -323,8 +285,6 @@ def timeline(summary: dict) -> Figure | None:
 
 def ranks(summary: dict) -> Figure | None:
     """Each rank's GPU time, with the imbalance and the start skew where known."""
-    import plotly.graph_objects as go
-
     rows = summary.get("proton_ranks") or []
     if not rows:
         return None
@@ -348,8 +308,6 @@ def ranks(summary: dict) -> Figure | None:
 
 def scopes(summary: dict) -> Figure | None:
     """Each kernel's scopes by their share of its cycles (the instrumentation backend)."""
-    import plotly.graph_objects as go
-
     rows = summary.get("proton_scopes") or []
     if not (shown := rows[:TOP]):
         return None
@@ -369,36 +327,25 @@ def scopes(summary: dict) -> Figure | None:
     return Figure("scopes", "Scopes: cycles inside each kernel", caption, fig)
 
 
-# --- Trials and comparisons -----------------------------------------------------------
-
-
 def points(fig: go.Figure, at: int, times: list | None, mean: float | None, base: bool) -> None:
-    """A row's per-trial times as points, each over the base's mean."""
+    """A row's per-trial times as points, each over the base's mean: the base's open."""
+    colour, symbol, side = (GREY, "circle-open", "base") if base else (BLUE, "circle", "now")
     if times and mean:
         fig.add_scatter(
             x=[t / mean for t in times],
             y=[at] * len(times),
             mode="markers",
             showlegend=False,
-            marker={
-                "color": GREY if base else BLUE,
-                "symbol": "circle-open" if base else "circle",
-                "size": 8,
-            },
-            hovertemplate=("base" if base else "now") + ", a trial: %{x:.3f}<extra></extra>",
+            marker={"color": colour, "symbol": symbol, "size": 8},
+            hovertemplate=f"{side}, a trial: %{{x:.3f}}<extra></extra>",
         )
 
 
-def interval(row: dict) -> tuple[float, float]:
-    """A row's interval, or its ratio alone where there is none (one run a side)."""
-    if row.get("low") is None or row.get("high") is None:
-        return row["ratio"], row["ratio"]
-    return row["low"], row["high"]
-
-
 def judged(fig: go.Figure, at: int, row: dict) -> None:
-    """A row's ratio, now over the base, with its interval, coloured by its verdict."""
-    low, high = interval(row)
+    """A row's ratio, now over the base, with its interval (its ratio alone where it has
+    none: one run a side), coloured by its verdict."""
+    r = row["ratio"]
+    low, high = (r, r) if row.get("low") is None else (row["low"], row["high"])
     fig.add_scatter(
         x=[row["ratio"]],
         y=[at],
@@ -413,13 +360,10 @@ def judged(fig: go.Figure, at: int, row: dict) -> None:
 def compared(summary: dict) -> Figure | None:
     """Each compared row: its trials as points over the base's mean, its ratio with the
     interval it was judged by, coloured by the verdict."""
-    import plotly.graph_objects as go
-
     diff = summary.get("proton_diff")
     if not diff:
         return None
-    total = [diff["total"]] if diff.get("total") else []  # the GPU time, judged like a row
-    rows = [*total, *diff.get("kernels", [])[:TOP], *diff.get("callsites", [])[:TOP]]
+    rows = [diff["total"], *diff["kernels"][:TOP], *diff["callsites"][:TOP]]  # GPU time first
     fig, labels = go.Figure(), []
     for at, row in enumerate(rows):
         what = row.get("readable_name") or " > ".join(frames(row.get("callsite", ""))[-2:])
@@ -441,8 +385,6 @@ def compared(summary: dict) -> Figure | None:
 def trials(summary: dict) -> Figure | None:
     """A run of trials: each kernel's time in each trial over its mean (without the times
     in the summary, its min, mean and max)."""
-    import plotly.graph_objects as go
-
     runs = summary.get("proton_trials") or {}
     rows, names = runs.get("kernels", [])[:TOP], readable(summary)
     if not rows:
@@ -458,30 +400,17 @@ def trials(summary: dict) -> Figure | None:
     return Figure("trials", f"Trials: each kernel's time in each of {runs['n']}", [], fig)
 
 
-# --- The page -------------------------------------------------------------------------
-
 VIEWS = (kernels, callsites, compared, trials, timeline, ranks, scopes)
 
 
 def page(summary: dict) -> str:
     """The page of summary, one HTML document with plotly's JavaScript inline, once."""
-    import plotly.io as pio
-
-    parts, inline = top(summary), True
-    for view in VIEWS:
-        if (figure := view(summary)) is None:
-            continue
-        figure.figure.update_layout(template="none", margin={"t": 30, "r": 10, "b": 50})
-        figure.figure.update_yaxes(automargin=True)
-        parts.append(f"<h2>{figure.title}</h2>")
-        parts += [f'<p class="caption">{line}</p>' for line in figure.caption]
-        config = {"displayModeBar": False, "responsive": True}
-        parts.append(
-            pio.to_html(
-                figure.figure, config, include_plotlyjs=inline, full_html=False, div_id=figure.key
-            )
-        )
-        inline = False
+    parts, drawn = top(summary), filter(None, (view(summary) for view in VIEWS))  # None: no key
+    for i, (key, heading, caption, fig) in enumerate(drawn):
+        fig.update_layout(template="none", margin={"t": 30, "r": 10, "b": 50})
+        fig.update_yaxes(automargin=True)
+        parts += [f"<h2>{heading}</h2>", *(f'<p class="caption">{line}</p>' for line in caption)]
+        parts.append(pio.to_html(fig, CONFIG, include_plotlyjs=i == 0, full_html=False, div_id=key))
     title = html.escape(f"Proton summary: {summary.get('proton_artifact_dir', '')}")
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
@@ -492,6 +421,4 @@ def page(summary: dict) -> str:
 def write(path: str, summary: dict, inputs: set = frozenset()) -> None:
     """Writes the page of summary to path as every output is written: never over an
     input, a regular file replaced atomically."""
-    from summary.files import write_output
-
     write_output(path, page(summary), inputs)
