@@ -18,6 +18,7 @@ import functools
 import math
 import os
 import re
+import runpy
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
@@ -309,25 +310,17 @@ def short_names(files: set) -> dict:
 
 
 @functools.cache
-def proton_specs() -> object:
-    """The installed Proton's device specs (triton/profiler/specs.py), loaded alone: the
-    file imports nothing, and importing Triton for it would cost each summary 0.14 s."""
-    import importlib.util
-
-    path = next(p for p in PACKAGES if p.endswith("/triton/")) + "profiler/specs.py"
-    module = importlib.util.module_from_spec(
-        importlib.util.spec_from_file_location("proton_specs", path)
-    )
-    module.__spec__.loader.exec_module(module)
-    return module
+def proton_specs() -> dict:
+    """The installed Proton's device specs (triton/profiler/specs.py), run alone: the file
+    imports nothing, and importing Triton for it would cost each summary 0.14 s."""
+    return runpy.run_path(next(p for p in PACKAGES if p.endswith("/triton/")) + "profiler/specs.py")
 
 
-def peak_bandwidth(type_: str, info: dict) -> float | None:
-    """A device's nominal peak memory bandwidth, GB/s, by Proton's specs as proton-viewer."""
+def peak(spec: str, *args: object) -> float | None:
+    """A device's nominal peak by the installed Proton's specs, as proton-viewer's: spec
+    max_bps gives bytes/s, max_flops FLOP/s; None where the specs do not know it."""
     try:
-        max_bps = proton_specs().max_bps
-        bps = max_bps(type_, info.get("arch"), info["bus_width"], info["memory_clock_rate"])
-        return number(bps / 1e9) or None
+        return number(proton_specs()[spec](*args)) or None
     except Exception:  # no Triton here, or a device or field the specs do not know
         return None
 
@@ -340,6 +333,8 @@ def devices(records: list) -> dict:
             for id_, info in by_id.items() if isinstance(by_id, dict) else ():
                 info = info if isinstance(info, dict) else {}
                 khz = [number(info.get(key)) for key in ("clock_rate", "memory_clock_rate")]
+                args = [info.get(key) for key in ("arch", "bus_width", "memory_clock_rate")]
+                bps = peak("max_bps", str(type_), *args)
                 out[str(type_), str(id_)] = {
                     "type": printable(str(type_)),
                     "id": printable(str(id_)),
@@ -348,7 +343,7 @@ def devices(records: list) -> dict:
                     "clock_mhz": khz[0] and khz[0] / 1e3,
                     "memory_clock_mhz": khz[1] and khz[1] / 1e3,
                     "memory_bus_bits": info.get("bus_width"),
-                    "peak_gbyte_per_s": peak_bandwidth(str(type_), info),
+                    "peak_gbyte_per_s": bps and bps / 1e9,
                 }
     return out
 

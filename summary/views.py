@@ -8,16 +8,7 @@ import math
 from collections import Counter
 from statistics import median, quantiles
 
-from summary.run import (
-    Capture,
-    Kernel,
-    Run,
-    frame_text,
-    number,
-    printable,
-    proton_specs,
-    short_names,
-)
+from summary.run import Capture, Kernel, Run, frame_text, number, peak, printable, short_names
 
 LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host's launch cost
 PLAIN_FLOPS_WIDTH = 32  # `flops` without a width are weighed against the 32-bit peak
@@ -93,12 +84,10 @@ def against_ceiling(rate: float, launch_bytes: float, device: dict | None, ceili
 
 def peak_flops(device: dict | None, key: str) -> float | None:
     """A device's nominal peak FLOP/s at a width (flops16: 16 bits), by Proton's specs."""
-    try:
-        max_flops = proton_specs().max_flops
-        width, khz = int(key[5:] or PLAIN_FLOPS_WIDTH), device["clock_mhz"] * 1e3
-        return number(max_flops(device["type"], device["arch"], width, device["sm_count"], khz))
-    except Exception:  # no device, a width or device the specs do not know, no Triton
+    if not (device and device["clock_mhz"]):
         return None
+    width, khz = int(key[5:] or PLAIN_FLOPS_WIDTH), device["clock_mhz"] * 1e3
+    return peak("max_flops", device["type"], device["arch"], width, device["sm_count"], khz)
 
 
 def timelines(run: Run, sites: dict) -> list:
