@@ -118,6 +118,7 @@ class Capture:
     cpu: dict = field(default_factory=dict)  # CPU-timed scope -> [CPU ms, GPU ms inside]
     unusable: int = 0  # kernel leaves with times, none of them usable
     untimed: set = field(default_factory=set)  # metric names of leaves with no time
+    file: Kernel = field(default_factory=Kernel)  # the launches of the file being added
 
     def launched(self, name: str, chain: int, ms: float, launches: int | None) -> Kernel:
         if (site := self.sites.get((chain, name))) is None:  # a list: a site is made per leaf
@@ -125,6 +126,7 @@ class Capture:
         else:
             site[0] += ms
             site[1] = None if None in (launches, site[1]) else site[1] + launches
+        self.file.add(ms, launches)
         return self.kernels.setdefault(name, Kernel()).add(ms, launches)
 
     def leaf(
@@ -361,17 +363,17 @@ class Run:
     capture: Capture = field(default_factory=Capture)
     read: list = field(default_factory=list)
     per_file: list = field(default_factory=list)  # (rank, path, ms, launches) of each read
-    traced: list = field(default_factory=list)  # (path, launches, clock start) of traces
+    traced: list = field(default_factory=list)  # (path, rank, launches, clock start) of traces
     scoped: list = field(default_factory=list)  # the instrumentation backend's trace events
     devices: dict = field(default_factory=dict)  # (type, id) -> properties
     events: int = 0  # trace events of any kind
 
     def add(self, path: Path, data: object, rank: int | None) -> None:
         """Adds a decoded capture (a tree or a trace); ValueError where it is neither."""
-        ms, launches = self.totals()
+        file = self.capture.file = Kernel()
         if isinstance(data, dict) and isinstance(data.get("traceEvents"), list):
             kernels, scoped = walk_trace(data["traceEvents"], self.capture)
-            self.traced.append((path, kernels, epoch_ns(data)))
+            self.traced.append((path, rank, kernels, epoch_ns(data)))
             self.scoped += scoped
             self.events += len(data["traceEvents"])
         else:
@@ -381,14 +383,7 @@ class Run:
             walk_tree(roots, self.capture)
             self.devices |= devices([r for r in roots if isinstance(r, dict) and "frame" not in r])
         self.read.append(path)
-        after = self.totals()
-        counted = None if None in (launches, after[1]) else after[1] - launches
-        self.per_file.append((rank, path, after[0] - ms, counted))
-
-    def totals(self) -> tuple[float, int | None]:
-        counts = [k.launches for k in self.capture.kernels.values()]
-        ms = sum(k.ms for k in self.capture.kernels.values())
-        return ms, None if None in counts else sum(counts)
+        self.per_file.append((rank, path, file.ms, file.launches))
 
     @property
     def viewed(self) -> bool:

@@ -24,10 +24,10 @@ def of(run: Run, sites: dict) -> dict:
     """Timelines, ranks and scopes of run (sites: chain -> its call site's row)."""
     out = {}
     if run.traced and run.capture.kernels:
-        out["proton_timeline"] = timelines(run, sites)
+        out["proton_timeline"] = timelines(run.traced, sites)
     if ranked := [entry for entry in run.per_file if entry[0] is not None]:
         if run.capture.kernels:  # scopes alone have no time to compare ranks by
-            out.update(ranks(ranked, run))
+            out.update(ranks(ranked, run.traced))
     if run.capture.scopes:
         out["proton_scopes"] = tree_scopes(run.capture.scopes)
     if run.scoped:
@@ -90,16 +90,16 @@ def peak_flops(device: dict | None, key: str) -> float | None:
     return peak("max_flops", device["type"], device["arch"], width, device["sm_count"], khz)
 
 
-def timelines(run: Run, sites: dict) -> list:
+def timelines(traced: list, sites: dict) -> list:
     """A timeline of each process (one's phases are one), and in it each call site's."""
     by_process = {}
-    for path, launches, _ in run.traced:
+    for path, rank, launches, _ in traced:
         name = path.name.split(".part_")[0].split(".chrome_trace")[0]
-        by_process.setdefault((path.parent, name), [path, []])[1].extend(launches)
-    out, rank_of = [], {path: rank for rank, path, *_ in run.per_file}
-    for path, launches in by_process.values():
-        rank = {} if rank_of[path] is None else {"rank": rank_of[path]}
-        out += [{**rank, **entry} for entry in timeline(launches, sites)]
+        by_process.setdefault((path.parent, name), [rank, []])[1].extend(launches)
+    out = []
+    for rank, launches in by_process.values():
+        ranked = {} if rank is None else {"rank": rank}
+        out += [{**ranked, **entry} for entry in timeline(launches, sites)]
     return sorted(out, key=lambda entry: entry["kernel_ms"], reverse=True)  # across ranks
 
 
@@ -198,7 +198,7 @@ def launch_bound(e: dict) -> str | None:
     )
 
 
-def ranks(per_file: list, run: Run) -> dict:
+def ranks(per_file: list, traced: list) -> dict:
     """proton_ranks, each rank's sums in rank order; proton_rank_imbalance, the busiest
     rank's GPU time over the mean; from traces, proton_rank_start_skew: where every trace
     says when its clock started (baseTimeNanoseconds), each rank's first kernel start and
@@ -214,14 +214,13 @@ def ranks(per_file: list, run: Run) -> dict:
     mean = sum(times) / len(times)
     out = {"proton_ranks": [by_rank[r] for r in sorted(by_rank)]}
     out["proton_rank_imbalance"] = max(times) / mean if mean else None
-    traced = [(path, launches, base) for path, launches, base in run.traced if launches]
+    traced = [(rank, launches, base) for _, rank, launches, base in traced if launches]
     if not traced:
         return out
     if any(type(base) is not int for *_, base in traced):
         return {**out, "proton_rank_start_skew": None}
-    spans, rank_of = {}, {path: rank for rank, path, *_ in per_file}  # rank -> [first, last] ns
-    for path, launches, base in traced:
-        rank = rank_of[path]
+    spans = {}  # rank -> [first, last] ns
+    for rank, launches, base in traced:
         first = base + round(min(s for s, *_ in launches) * 1e3)
         last = base + round(max(e for _, e, *_ in launches) * 1e3)
         span = spans.setdefault(rank, [first, last])
