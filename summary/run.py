@@ -260,23 +260,11 @@ class Chains:
         return found, True
 
     def texts(self, chains: list, names: dict) -> dict:
-        """Each of chains as "file:line function > ...", outermost first, each link's text
-        worked out once; past MAX_FRAMES, the innermost below a count of the rest."""
-        shown, out = {0: ""}, {}
-        for chain in chains:
-            if self.depths[chain] > MAX_FRAMES:
-                out[chain] = " > ".join(frame_text(f, names) for f in self.frames(chain))
-                continue
-            path, link = [], chain
-            while link not in shown:
-                path.append(link)
-                link = self.links[link][0]
-            for link in reversed(path):
-                parent, frame, repeats = self.links[link]
-                text = frame_text([*frame, repeats], names)
-                shown[link] = f"{shown[parent]} > {text}" if parent else text
-            out[chain] = shown[chain]
-        return out
+        """Each of chains as "file:line function > ...", outermost first: past MAX_FRAMES,
+        the innermost below a count of the rest."""
+        return {
+            chain: " > ".join(frame_text(f, names) for f in self.frames(chain)) for chain in chains
+        }
 
     def frames(self, chain: int) -> list:
         """[file, line, function, repeats] of each link, outermost first: the innermost
