@@ -208,7 +208,7 @@ def joined(docs: list) -> dict:
             if shift and isinstance(e, dict) and type(e.get("ts")) in (int, float):
                 e = {**e, "ts": e["ts"] + shift}
             events.append(e)
-    return {"traceEvents": events, "documents": len(docs), "baseTimeNanoseconds": base}
+    return {"traceEvents": events, "baseTimeNanoseconds": base}
 
 
 def records(found: Found, unread: list) -> dict:
@@ -241,8 +241,7 @@ def write_output(path: str | Path, data: bytes | str, inputs: set = frozenset())
     if str(target) in inputs:
         raise Refused(f"{shown(path)} is one of the inputs; not written over")
     if os.path.exists(path) and not os.path.isfile(path):  # /dev/stdout to a pipe, say
-        with open(path, "wb") as f:
-            f.write(data)
+        Path(path).write_bytes(data)
         return
     if not target.parent.is_dir():
         raise Refused(f"no folder {shown(target.parent)} to write in")

@@ -121,11 +121,9 @@ class Capture:
     file: Kernel = field(default_factory=Kernel)  # the launches of the file being added
 
     def launched(self, name: str, chain: int, ms: float, launches: int | None) -> Kernel:
-        if (site := self.sites.get((chain, name))) is None:  # a list: a site is made per leaf
-            self.sites[chain, name] = [ms, launches]
-        else:
-            site[0] += ms
-            site[1] = None if None in (launches, site[1]) else site[1] + launches
+        site = self.sites.setdefault((chain, name), [0.0, 0])  # a list: cheap to make per leaf
+        site[0] += ms
+        site[1] = None if None in (launches, site[1]) else site[1] + launches
         self.file.add(ms, launches)
         return self.kernels.setdefault(name, Kernel()).add(ms, launches)
 
@@ -150,8 +148,7 @@ class Capture:
                     kernel.bytes += value
                 else:
                     kernel.flops[key] = kernel.flops.get(key, 0.0) + value
-                device = (str(metrics.get("device_type")), str(metrics.get("device_id")))
-                kernel.devices.add(device)
+                kernel.devices.add((str(metrics.get("device_type")), str(metrics.get("device_id"))))
         return kernel
 
 
