@@ -25,8 +25,7 @@ from pathlib import Path
 
 TOP_N = 5  # aorta's length of proton_top_kernels
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-# Where a frame is not the user's: Python's own, and Triton's (Proton's) and torch's, by
-# where they are installed on any machine and on this one.
+# Frames not the user's: Python's, Triton's (Proton's), torch's, where installed anywhere or here.
 LIBRARY = re.compile(
     r"^<|/lib/python3\.\d+/(?!(site|dist)-packages/)|/(site|dist)-packages/(triton|torch)/"
 )
@@ -102,8 +101,7 @@ class Kernel:
 
     def add(self, ms: float, launches: int | None) -> "Kernel":
         self.ms += ms
-        if self.launches is not None:
-            self.launches = None if launches is None else self.launches + launches
+        self.launches = None if None in (launches, self.launches) else self.launches + launches
         return self
 
 
@@ -153,10 +151,9 @@ class Capture:
 
 
 def walk_tree(roots: list, capture: Capture) -> None:
-    """Adds a tree's leaves in aorta's order (depth first, children in file order): each
-    leaf with a usable time is a kernel's launches at the chain of user frames above it.
-    A node with `cycles` is a scope of the kernel above it (instrumentation backend); one
-    with `cpu_time` a CPU-timed scope, given the GPU time of the kernels inside it."""
+    """Adds a tree's leaves in aorta's order (depth first, children in file order), each at
+    the chain of user frames above it; a node with `cycles` is a scope of the kernel above
+    it, one with `cpu_time` a CPU-timed scope, given the GPU time of the kernels inside it."""
     stack = [(iter(roots), 0, None, None)]  # (children, chain, kernel above, CPU scope)
     while stack:
         children, chain, kernel, cpu = stack[-1]
@@ -212,10 +209,9 @@ def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
 
 @functools.cache
 def frame_of(name: str) -> tuple | bool | None:
-    """A python-context node's name, "file:line@function", as (file, line, function) for a
-    frame of the user's; Triton's autotuner benchmarking as AUTOTUNED; False for another
-    frame (Python's, Triton's, torch's, proton_launch.py's, Proton's launch hook's); None
-    for a node that is no frame (a kernel, ROOT)."""
+    """A node's name, "file:line@function", as (file, line, function) for a frame of the
+    user's; the autotuner's benchmarking as AUTOTUNED; False for another frame (Python's,
+    Triton's, torch's, proton_launch.py's, Proton's hook's); None for no frame (a kernel)."""
     head, at, func = name.rpartition("@")
     file, colon, line = head.rpartition(":")
     if not (at and colon and line.isdecimal()):

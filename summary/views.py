@@ -52,8 +52,8 @@ def rates(k: Kernel, devices: dict, ceilings: list) -> dict:
     device = device_of(k, devices)
     if k.bytes:
         rate = row["gbyte_per_s"] = k.bytes / seconds / 1e9 if seconds else None
-        peak = row["peak_gbyte_per_s"] = device and device["peak_gbyte_per_s"]
-        row["pct_of_peak_bw"] = rate / peak if rate and peak else None
+        nominal = row["peak_gbyte_per_s"] = device and device["peak_gbyte_per_s"]
+        row["pct_of_peak_bw"] = rate / nominal if rate and nominal else None
         if rate:
             row.update(against_ceiling(rate, k.bytes / (k.launches or 1), device, ceilings))
     if k.flops and seconds:  # as Proton defines them: flops<width>/s, one figure a width
@@ -104,10 +104,9 @@ def timelines(traced: list, sites: dict) -> list:
 
 
 def timeline(launches: list, sites: dict) -> list:
-    """Each call site's launches, their summed and spanned ms, the share of its span in
-    which any kernel ran (several streams counted once) and the median idle time between
-    its launches, and its busy share in each of BINS bins of its span. One sort and one
-    pass: O(n log n) in launches."""
+    """Each call site's launches, summed and spanned ms, busy share of its span (streams
+    counted once), median idle time between launches and busy share in each of BINS bins:
+    one sort and one pass, O(n log n) in launches."""
     launches.sort()  # (start, end, chain, name), by start
     # Busy time before each launch's start and end: a sweep merging overlapping launches.
     marks, done, start, end = [], 0.0, None, None
@@ -199,10 +198,9 @@ def launch_bound(e: dict) -> str | None:
 
 
 def ranks(per_file: list, traced: list) -> dict:
-    """proton_ranks, each rank's sums in rank order; proton_rank_imbalance, the busiest
-    rank's GPU time over the mean; from traces, proton_rank_start_skew: where every trace
-    says when its clock started (baseTimeNanoseconds), each rank's first kernel start and
-    last end on that one clock, and which rank's GPU work starts last, by how much."""
+    """proton_ranks, each rank's sums by rank; proton_rank_imbalance, the busiest rank's GPU
+    time over the mean; from traces, each rank's first start and last end on one clock and
+    proton_rank_start_skew (null where a trace does not say when its clock started)."""
     by_rank = {}
     for rank, path, ms, launches in per_file:
         r = by_rank.setdefault(rank, {"rank": rank, "gpu_time_ms": 0.0, "kernel_count": 0})
@@ -282,10 +280,9 @@ def tree_scopes(scopes: dict) -> list:
 
 
 def trace_scopes(events: list) -> tuple[list, list]:
-    """Per kernel and scope of an instrumentation trace (pid "<kernel> Core<SM> CTA<n>",
-    tid the warp, cycles = dur x MHz): its warp events, their cycles (sum, median, p90)
-    and share; and per kernel, how its CTAs spread over the SMs. A launch records each
-    (CTA, warp, scope) once: the most repeats of one are the launches."""
+    """Per kernel and scope of an instrumentation trace (pid "<kernel> Core<SM> CTA<n>", tid
+    the warp, cycles = dur x MHz): its warp events, their cycles (sum, median, p90) and
+    share; per kernel, how its CTAs spread over the SMs."""
     by_scope, by_sm, repeats = {}, {}, Counter()
     for e in events:
         cycles = (number(e.get("dur")) or 0.0) * (number(e["args"]["Frequency (MHz)"]) or 0.0)
@@ -301,7 +298,7 @@ def trace_scopes(events: list) -> tuple[list, list]:
     per_kernel, launches = Counter(), Counter()
     for (kernel, _), cycles in by_scope.items():
         per_kernel[kernel] += sum(cycles)
-    for (kernel, *_), n in repeats.items():
+    for (kernel, *_), n in repeats.items():  # each launch records a (CTA, warp, scope) once
         launches[kernel] = max(launches[kernel], n)
     rows = [
         {
