@@ -373,8 +373,7 @@ def tables(summary: dict, top: int) -> list:
 def folded(capture: Capture, shown: dict) -> str:
     """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read them
     (shown: each kernel's readable name), a ';' in a name escaped."""
-    chains = [capture.chains.frames(chain) for chain, _ in capture.sites]
-    names, lines = short_names({frame[0] for frames in chains for frame in frames}), []
+    names, lines = short_names({frame[0] for _, frame, _ in capture.chains.links[1:]}), []
     for (chain, name), (ms, _) in capture.sites.items():
         frames = [frame_text(frame, names) for frame in capture.chains.frames(chain)]
         frames = [printable(f).replace(";", "\\x3b") for f in [*frames, shown[name]]]
