@@ -160,7 +160,7 @@ def load(path: Path) -> object:
     if path.name.removesuffix(".gz").endswith("msgpack"):
         try:
             return msgspec.msgpack.decode(data)
-        except msgspec.DecodeError as e:
+        except (msgspec.DecodeError, RecursionError) as e:  # a tree deeper than msgspec goes
             raise ValueError(f"not valid MessagePack: {' '.join(str(e).split())[:200]}") from None
     try:
         return msgspec.json.decode(data)

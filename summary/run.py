@@ -311,7 +311,7 @@ def peak(spec: str, *args: object) -> float | None:
 def devices(records: list) -> dict:
     """The devices a tree's second part describes, (type, id) -> properties."""
     out = {}
-    for record in filter(lambda record: isinstance(record, dict), records):
+    for record in records:  # dicts, as Run.add picks them
         for type_, by_id in record.items():
             for id_, info in by_id.items() if isinstance(by_id, dict) else ():
                 info = info if isinstance(info, dict) else {}

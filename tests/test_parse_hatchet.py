@@ -938,6 +938,14 @@ def test_msgpack_gives_the_five_keys_of_the_same_tree():
     assert problem is None and [msgpack_s[k] for k in keys] == [json_s[k] for k in keys]
 
 
+def test_a_msgpack_tree_deeper_than_msgspec_decodes_is_named_in_one_line(tmp_path):
+    path = tmp_path / "deep.hatchet_msgpack"  # [{"children": [{"children": [... {}]}]}]
+    path.write_bytes(b"\x91" + b"\x81\xa8children\x91" * 100_000 + b"\x80")
+    p = cli(path)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.stderr.count("\n") == 1 and "MessagePack: maximum recursion depth" in p.stderr
+
+
 def test_phases_are_read_as_part_of_their_run_and_rank(tmp_path):
     folder = FIXTURES / "handmade-phases"
     s, _ = summary(folder)
