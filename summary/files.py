@@ -40,10 +40,9 @@ def shown(path: object) -> str:
 
 @dataclass
 class Found:
-    """What the paths given hold, each file once: the captures, in sorted order; what was
-    skipped ({"file", "why"}, with "same_as" for another name of a file read, or a gzip
-    copy beside its capture); provenance files; for one run of trials, each trial's
-    folder and captures (none, for a trial that did not finish)."""
+    """What the paths given hold, each file once: the captures, sorted; what was skipped
+    ({"file", "why"}, "same_as" naming the file read where it is another name or a gzip
+    copy of it); provenance files; a run of trials' folders and captures (none: unfinished)."""
 
     files: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
@@ -161,7 +160,7 @@ def load(path: Path) -> object:
     if path.name.removesuffix(".gz").endswith("msgpack"):
         try:
             return msgspec.msgpack.decode(data)
-        except msgspec.DecodeError as e:
+        except (msgspec.DecodeError, RecursionError) as e:  # a tree deeper than msgspec goes
             raise ValueError(f"not valid MessagePack: {' '.join(str(e).split())[:200]}") from None
     try:
         return msgspec.json.decode(data)
@@ -208,7 +207,7 @@ def joined(docs: list) -> dict:
             if shift and isinstance(e, dict) and type(e.get("ts")) in (int, float):
                 e = {**e, "ts": e["ts"] + shift}
             events.append(e)
-    return {"traceEvents": events, "documents": len(docs), "baseTimeNanoseconds": base}
+    return {"traceEvents": events, "baseTimeNanoseconds": base}
 
 
 def records(found: Found, unread: list) -> dict:
@@ -229,10 +228,9 @@ def record_of(path: Path, records: dict) -> dict | None:
 
 
 def write_output(path: str | Path, data: bytes | str, inputs: set = frozenset()) -> None:
-    """Writes data to path: a regular file (or none yet) is replaced atomically, with the
-    mode the umask gives a new file; a link is written through to its target; anything
-    else (a device, a pipe) is written directly. Refuses any of inputs (real paths), and a
-    path that names no file."""
+    """Writes data to path: a regular file (or none yet) replaced atomically, with the mode
+    the umask gives a new file; a link written through; a device or pipe written directly.
+    Refuses any of inputs (real paths), and a path that names no file."""
     data = data if isinstance(data, bytes) else data.encode("utf-8", "backslashreplace")
     path = os.fspath(path)
     if not path or path.endswith("/") or os.path.isdir(path):
@@ -241,8 +239,7 @@ def write_output(path: str | Path, data: bytes | str, inputs: set = frozenset())
     if str(target) in inputs:
         raise Refused(f"{shown(path)} is one of the inputs; not written over")
     if os.path.exists(path) and not os.path.isfile(path):  # /dev/stdout to a pipe, say
-        with open(path, "wb") as f:
-            f.write(data)
+        Path(path).write_bytes(data)
         return
     if not target.parent.is_dir():
         raise Refused(f"no folder {shown(target.parent)} to write in")

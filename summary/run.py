@@ -18,14 +18,14 @@ import functools
 import math
 import os
 import re
+import runpy
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 
 TOP_N = 5  # aorta's length of proton_top_kernels
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-# Where a frame is not the user's: Python's own, and Triton's (Proton's) and torch's, by
-# where they are installed on any machine and on this one.
+# Frames not the user's: Python's, Triton's (Proton's), torch's, where installed anywhere or here.
 LIBRARY = re.compile(
     r"^<|/lib/python3\.\d+/(?!(site|dist)-packages/)|/(site|dist)-packages/(triton|torch)/"
 )
@@ -101,8 +101,7 @@ class Kernel:
 
     def add(self, ms: float, launches: int | None) -> "Kernel":
         self.ms += ms
-        if self.launches is not None:
-            self.launches = None if launches is None else self.launches + launches
+        self.launches = None if None in (launches, self.launches) else self.launches + launches
         return self
 
 
@@ -117,13 +116,13 @@ class Capture:
     cpu: dict = field(default_factory=dict)  # CPU-timed scope -> [CPU ms, GPU ms inside]
     unusable: int = 0  # kernel leaves with times, none of them usable
     untimed: set = field(default_factory=set)  # metric names of leaves with no time
+    file: Kernel = field(default_factory=Kernel)  # the launches of the file being added
 
     def launched(self, name: str, chain: int, ms: float, launches: int | None) -> Kernel:
-        if (site := self.sites.get((chain, name))) is None:  # a list: a site is made per leaf
-            self.sites[chain, name] = [ms, launches]
-        else:
-            site[0] += ms
-            site[1] = None if None in (launches, site[1]) else site[1] + launches
+        site = self.sites.setdefault((chain, name), [0.0, 0])  # a list: cheap to make per leaf
+        site[0] += ms
+        site[1] = None if None in (launches, site[1]) else site[1] + launches
+        self.file.add(ms, launches)
         return self.kernels.setdefault(name, Kernel()).add(ms, launches)
 
     def leaf(
@@ -147,16 +146,14 @@ class Capture:
                     kernel.bytes += value
                 else:
                     kernel.flops[key] = kernel.flops.get(key, 0.0) + value
-                device = (str(metrics.get("device_type")), str(metrics.get("device_id")))
-                kernel.devices.add(device)
+                kernel.devices.add((str(metrics.get("device_type")), str(metrics.get("device_id"))))
         return kernel
 
 
 def walk_tree(roots: list, capture: Capture) -> None:
-    """Adds a tree's leaves in aorta's order (depth first, children in file order): each
-    leaf with a usable time is a kernel's launches at the chain of user frames above it.
-    A node with `cycles` is a scope of the kernel above it (instrumentation backend); one
-    with `cpu_time` a CPU-timed scope, given the GPU time of the kernels inside it."""
+    """Adds a tree's leaves in aorta's order (depth first, children in file order), each at
+    the chain of user frames above it; a node with `cycles` is a scope of the kernel above
+    it, one with `cpu_time` a CPU-timed scope, given the GPU time of the kernels inside it."""
     stack = [(iter(roots), 0, None, None)]  # (children, chain, kernel above, CPU scope)
     while stack:
         children, chain, kernel, cpu = stack[-1]
@@ -212,10 +209,9 @@ def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
 
 @functools.cache
 def frame_of(name: str) -> tuple | bool | None:
-    """A python-context node's name, "file:line@function", as (file, line, function) for a
-    frame of the user's; Triton's autotuner benchmarking as AUTOTUNED; False for another
-    frame (Python's, Triton's, torch's, proton_launch.py's, Proton's launch hook's); None
-    for a node that is no frame (a kernel, ROOT)."""
+    """A node's name, "file:line@function", as (file, line, function) for a frame of the
+    user's; the autotuner's benchmarking as AUTOTUNED; False for another frame (Python's,
+    Triton's, torch's, proton_launch.py's, Proton's hook's); None for no frame (a kernel)."""
     head, at, func = name.rpartition("@")
     file, colon, line = head.rpartition(":")
     if not (at and colon and line.isdecimal()):
@@ -257,23 +253,11 @@ class Chains:
         return found, True
 
     def texts(self, chains: list, names: dict) -> dict:
-        """Each of chains as "file:line function > ...", outermost first, each link's text
-        worked out once; past MAX_FRAMES, the innermost below a count of the rest."""
-        shown, out = {0: ""}, {}
-        for chain in chains:
-            if self.depths[chain] > MAX_FRAMES:
-                out[chain] = " > ".join(frame_text(f, names) for f in self.frames(chain))
-                continue
-            path, link = [], chain
-            while link not in shown:
-                path.append(link)
-                link = self.links[link][0]
-            for link in reversed(path):
-                parent, frame, repeats = self.links[link]
-                text = frame_text([*frame, repeats], names)
-                shown[link] = f"{shown[parent]} > {text}" if parent else text
-            out[chain] = shown[chain]
-        return out
+        """Each of chains as "file:line function > ...", outermost first: past MAX_FRAMES,
+        the innermost below a count of the rest."""
+        return {
+            chain: " > ".join(frame_text(f, names) for f in self.frames(chain)) for chain in chains
+        }
 
     def frames(self, chain: int) -> list:
         """[file, line, function, repeats] of each link, outermost first: the innermost
@@ -309,25 +293,17 @@ def short_names(files: set) -> dict:
 
 
 @functools.cache
-def proton_specs() -> object:
-    """The installed Proton's device specs (triton/profiler/specs.py), loaded alone: the
-    file imports nothing, and importing Triton for it would cost each summary 0.14 s."""
-    import importlib.util
-
-    path = next(p for p in PACKAGES if p.endswith("/triton/")) + "profiler/specs.py"
-    module = importlib.util.module_from_spec(
-        importlib.util.spec_from_file_location("proton_specs", path)
-    )
-    module.__spec__.loader.exec_module(module)
-    return module
+def proton_specs() -> dict:
+    """The installed Proton's device specs (triton/profiler/specs.py), run alone: the file
+    imports nothing, and importing Triton for it would cost each summary 0.14 s."""
+    return runpy.run_path(next(p for p in PACKAGES if p.endswith("/triton/")) + "profiler/specs.py")
 
 
-def peak_bandwidth(type_: str, info: dict) -> float | None:
-    """A device's nominal peak memory bandwidth, GB/s, by Proton's specs as proton-viewer."""
+def peak(spec: str, *args: object) -> float | None:
+    """A device's nominal peak by the installed Proton's specs, as proton-viewer's: spec
+    max_bps gives bytes/s, max_flops FLOP/s; None where the specs do not know it."""
     try:
-        max_bps = proton_specs().max_bps
-        bps = max_bps(type_, info.get("arch"), info["bus_width"], info["memory_clock_rate"])
-        return number(bps / 1e9) or None
+        return number(proton_specs()[spec](*args)) or None
     except Exception:  # no Triton here, or a device or field the specs do not know
         return None
 
@@ -335,11 +311,13 @@ def peak_bandwidth(type_: str, info: dict) -> float | None:
 def devices(records: list) -> dict:
     """The devices a tree's second part describes, (type, id) -> properties."""
     out = {}
-    for record in filter(lambda record: isinstance(record, dict), records):
+    for record in records:  # dicts, as Run.add picks them
         for type_, by_id in record.items():
             for id_, info in by_id.items() if isinstance(by_id, dict) else ():
                 info = info if isinstance(info, dict) else {}
                 khz = [number(info.get(key)) for key in ("clock_rate", "memory_clock_rate")]
+                args = [info.get(key) for key in ("arch", "bus_width", "memory_clock_rate")]
+                bps = peak("max_bps", str(type_), *args)
                 out[str(type_), str(id_)] = {
                     "type": printable(str(type_)),
                     "id": printable(str(id_)),
@@ -348,7 +326,7 @@ def devices(records: list) -> dict:
                     "clock_mhz": khz[0] and khz[0] / 1e3,
                     "memory_clock_mhz": khz[1] and khz[1] / 1e3,
                     "memory_bus_bits": info.get("bus_width"),
-                    "peak_gbyte_per_s": peak_bandwidth(str(type_), info),
+                    "peak_gbyte_per_s": bps and bps / 1e9,
                 }
     return out
 
@@ -366,17 +344,17 @@ class Run:
     capture: Capture = field(default_factory=Capture)
     read: list = field(default_factory=list)
     per_file: list = field(default_factory=list)  # (rank, path, ms, launches) of each read
-    traced: list = field(default_factory=list)  # (path, launches, clock start) of traces
+    traced: list = field(default_factory=list)  # (path, rank, launches, clock start) of traces
     scoped: list = field(default_factory=list)  # the instrumentation backend's trace events
     devices: dict = field(default_factory=dict)  # (type, id) -> properties
     events: int = 0  # trace events of any kind
 
     def add(self, path: Path, data: object, rank: int | None) -> None:
         """Adds a decoded capture (a tree or a trace); ValueError where it is neither."""
-        ms, launches = self.totals()
+        file = self.capture.file = Kernel()
         if isinstance(data, dict) and isinstance(data.get("traceEvents"), list):
             kernels, scoped = walk_trace(data["traceEvents"], self.capture)
-            self.traced.append((path, kernels, epoch_ns(data)))
+            self.traced.append((path, rank, kernels, epoch_ns(data)))
             self.scoped += scoped
             self.events += len(data["traceEvents"])
         else:
@@ -386,14 +364,7 @@ class Run:
             walk_tree(roots, self.capture)
             self.devices |= devices([r for r in roots if isinstance(r, dict) and "frame" not in r])
         self.read.append(path)
-        after = self.totals()
-        counted = None if None in (launches, after[1]) else after[1] - launches
-        self.per_file.append((rank, path, after[0] - ms, counted))
-
-    def totals(self) -> tuple[float, int | None]:
-        counts = [k.launches for k in self.capture.kernels.values()]
-        ms = sum(k.ms for k in self.capture.kernels.values())
-        return ms, None if None in counts else sum(counts)
+        self.per_file.append((rank, path, file.ms, file.launches))
 
     @property
     def viewed(self) -> bool:

@@ -8,16 +8,7 @@ import math
 from collections import Counter
 from statistics import median, quantiles
 
-from summary.run import (
-    Capture,
-    Kernel,
-    Run,
-    frame_text,
-    number,
-    printable,
-    proton_specs,
-    short_names,
-)
+from summary.run import Capture, Kernel, Run, frame_text, number, peak, printable, short_names
 
 LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host's launch cost
 PLAIN_FLOPS_WIDTH = 32  # `flops` without a width are weighed against the 32-bit peak
@@ -33,10 +24,10 @@ def of(run: Run, sites: dict) -> dict:
     """Timelines, ranks and scopes of run (sites: chain -> its call site's row)."""
     out = {}
     if run.traced and run.capture.kernels:
-        out["proton_timeline"] = timelines(run, sites)
+        out["proton_timeline"] = timelines(run.traced, sites)
     if ranked := [entry for entry in run.per_file if entry[0] is not None]:
         if run.capture.kernels:  # scopes alone have no time to compare ranks by
-            out.update(ranks(ranked, run))
+            out.update(ranks(ranked, run.traced))
     if run.capture.scopes:
         out["proton_scopes"] = tree_scopes(run.capture.scopes)
     if run.scoped:
@@ -61,8 +52,8 @@ def rates(k: Kernel, devices: dict, ceilings: list) -> dict:
     device = device_of(k, devices)
     if k.bytes:
         rate = row["gbyte_per_s"] = k.bytes / seconds / 1e9 if seconds else None
-        peak = row["peak_gbyte_per_s"] = device and device["peak_gbyte_per_s"]
-        row["pct_of_peak_bw"] = rate / peak if rate and peak else None
+        nominal = row["peak_gbyte_per_s"] = device and device["peak_gbyte_per_s"]
+        row["pct_of_peak_bw"] = rate / nominal if rate and nominal else None
         if rate:
             row.update(against_ceiling(rate, k.bytes / (k.launches or 1), device, ceilings))
     if k.flops and seconds:  # as Proton defines them: flops<width>/s, one figure a width
@@ -93,32 +84,29 @@ def against_ceiling(rate: float, launch_bytes: float, device: dict | None, ceili
 
 def peak_flops(device: dict | None, key: str) -> float | None:
     """A device's nominal peak FLOP/s at a width (flops16: 16 bits), by Proton's specs."""
-    try:
-        max_flops = proton_specs().max_flops
-        width, khz = int(key[5:] or PLAIN_FLOPS_WIDTH), device["clock_mhz"] * 1e3
-        return number(max_flops(device["type"], device["arch"], width, device["sm_count"], khz))
-    except Exception:  # no device, a width or device the specs do not know, no Triton
+    if not (device and device["clock_mhz"]):
         return None
+    width, khz = int(key[5:] or PLAIN_FLOPS_WIDTH), device["clock_mhz"] * 1e3
+    return peak("max_flops", device["type"], device["arch"], width, device["sm_count"], khz)
 
 
-def timelines(run: Run, sites: dict) -> list:
+def timelines(traced: list, sites: dict) -> list:
     """A timeline of each process (one's phases are one), and in it each call site's."""
     by_process = {}
-    for path, launches, _ in run.traced:
+    for path, rank, launches, _ in traced:
         name = path.name.split(".part_")[0].split(".chrome_trace")[0]
-        by_process.setdefault((path.parent, name), [path, []])[1].extend(launches)
-    out, rank_of = [], {path: rank for rank, path, *_ in run.per_file}
-    for path, launches in by_process.values():
-        rank = {} if rank_of[path] is None else {"rank": rank_of[path]}
-        out += [{**rank, **entry} for entry in timeline(launches, sites)]
+        by_process.setdefault((path.parent, name), [rank, []])[1].extend(launches)
+    out = []
+    for rank, launches in by_process.values():
+        ranked = {} if rank is None else {"rank": rank}
+        out += [{**ranked, **entry} for entry in timeline(launches, sites)]
     return sorted(out, key=lambda entry: entry["kernel_ms"], reverse=True)  # across ranks
 
 
 def timeline(launches: list, sites: dict) -> list:
-    """Each call site's launches, their summed and spanned ms, the share of its span in
-    which any kernel ran (several streams counted once) and the median idle time between
-    its launches, and its busy share in each of BINS bins of its span. One sort and one
-    pass: O(n log n) in launches."""
+    """Each call site's launches, summed and spanned ms, busy share of its span (streams
+    counted once), median idle time between launches and busy share in each of BINS bins:
+    one sort and one pass, O(n log n) in launches."""
     launches.sort()  # (start, end, chain, name), by start
     # Busy time before each launch's start and end: a sweep merging overlapping launches.
     marks, done, start, end = [], 0.0, None, None
@@ -209,11 +197,10 @@ def launch_bound(e: dict) -> str | None:
     )
 
 
-def ranks(per_file: list, run: Run) -> dict:
-    """proton_ranks, each rank's sums in rank order; proton_rank_imbalance, the busiest
-    rank's GPU time over the mean; from traces, proton_rank_start_skew: where every trace
-    says when its clock started (baseTimeNanoseconds), each rank's first kernel start and
-    last end on that one clock, and which rank's GPU work starts last, by how much."""
+def ranks(per_file: list, traced: list) -> dict:
+    """proton_ranks, each rank's sums by rank; proton_rank_imbalance, the busiest rank's GPU
+    time over the mean; from traces, each rank's first start and last end on one clock and
+    proton_rank_start_skew (null where a trace does not say when its clock started)."""
     by_rank = {}
     for rank, path, ms, launches in per_file:
         r = by_rank.setdefault(rank, {"rank": rank, "gpu_time_ms": 0.0, "kernel_count": 0})
@@ -225,14 +212,13 @@ def ranks(per_file: list, run: Run) -> dict:
     mean = sum(times) / len(times)
     out = {"proton_ranks": [by_rank[r] for r in sorted(by_rank)]}
     out["proton_rank_imbalance"] = max(times) / mean if mean else None
-    traced = [(path, launches, base) for path, launches, base in run.traced if launches]
+    traced = [(rank, launches, base) for _, rank, launches, base in traced if launches]
     if not traced:
         return out
     if any(type(base) is not int for *_, base in traced):
         return {**out, "proton_rank_start_skew": None}
-    spans, rank_of = {}, {path: rank for rank, path, *_ in per_file}  # rank -> [first, last] ns
-    for path, launches, base in traced:
-        rank = rank_of[path]
+    spans = {}  # rank -> [first, last] ns
+    for rank, launches, base in traced:
         first = base + round(min(s for s, *_ in launches) * 1e3)
         last = base + round(max(e for _, e, *_ in launches) * 1e3)
         span = spans.setdefault(rank, [first, last])
@@ -294,10 +280,9 @@ def tree_scopes(scopes: dict) -> list:
 
 
 def trace_scopes(events: list) -> tuple[list, list]:
-    """Per kernel and scope of an instrumentation trace (pid "<kernel> Core<SM> CTA<n>",
-    tid the warp, cycles = dur x MHz): its warp events, their cycles (sum, median, p90)
-    and share; and per kernel, how its CTAs spread over the SMs. A launch records each
-    (CTA, warp, scope) once: the most repeats of one are the launches."""
+    """Per kernel and scope of an instrumentation trace (pid "<kernel> Core<SM> CTA<n>", tid
+    the warp, cycles = dur x MHz): its warp events, their cycles (sum, median, p90) and
+    share; per kernel, how its CTAs spread over the SMs."""
     by_scope, by_sm, repeats = {}, {}, Counter()
     for e in events:
         cycles = (number(e.get("dur")) or 0.0) * (number(e["args"]["Frequency (MHz)"]) or 0.0)
@@ -313,7 +298,7 @@ def trace_scopes(events: list) -> tuple[list, list]:
     per_kernel, launches = Counter(), Counter()
     for (kernel, _), cycles in by_scope.items():
         per_kernel[kernel] += sum(cycles)
-    for (kernel, *_), n in repeats.items():
+    for (kernel, *_), n in repeats.items():  # each launch records a (CTA, warp, scope) once
         launches[kernel] = max(launches[kernel], n)
     rows = [
         {
@@ -388,8 +373,7 @@ def tables(summary: dict, top: int) -> list:
 def folded(capture: Capture, shown: dict) -> str:
     """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read them
     (shown: each kernel's readable name), a ';' in a name escaped."""
-    chains = [capture.chains.frames(chain) for chain, _ in capture.sites]
-    names, lines = short_names({frame[0] for frames in chains for frame in frames}), []
+    names, lines = short_names({frame[0] for _, frame, _ in capture.chains.links[1:]}), []
     for (chain, name), (ms, _) in capture.sites.items():
         frames = [frame_text(frame, names) for frame in capture.chains.frames(chain)]
         frames = [printable(f).replace(";", "\\x3b") for f in [*frames, shown[name]]]
