@@ -154,7 +154,7 @@ def summarize(inputs: Inputs, captures: list) -> Summary:
     if len(run.read) > 1:
         say(f"combined {len(run.read)} captures: {', '.join(map(str, run.read))}")
     unread += missing_ranks(run, inputs.world_size)
-    kernels, viewed = run.capture.kernels, run.viewed
+    kernels = run.capture.kernels
     gpu_ms = sum(k.ms for k in kernels.values())
     summary.update(five_keys(kernels) if kernels else {})
     summary["proton_context"] = "python" if run.capture.chains.python else "shadow"
@@ -169,13 +169,13 @@ def summarize(inputs: Inputs, captures: list) -> Summary:
             "total_ms": k.ms,
             "mean_us": k.ms * 1e3 / k.launches if k.launches else None,
             "share": k.ms / gpu_ms if gpu_ms else 0.0,
-            **(views.rates(k, run.devices, inputs.ceilings) if viewed else {}),
+            **views.rates(k, run.devices, inputs.ceilings),
         }
         for name, k in sorted(kernels.items(), key=lambda item: item[1].ms, reverse=True)
     ]
     sites = callsites(run)
     summary["proton_callsites"] = sorted(sites.values(), key=lambda s: s["ms"], reverse=True)
-    summary.update(views.of(run, sites) if viewed else {})
+    summary.update(views.of(run, sites))
     return Summary(summary, None, run)
 
 

@@ -366,13 +366,6 @@ class Run:
         self.read.append(path)
         self.per_file.append((rank, path, file.ms, file.launches))
 
-    @property
-    def viewed(self) -> bool:
-        """Whether the run holds more than kernels and call sites: rates, traces, ranks, scopes."""
-        c, ranked = self.capture, any(rank is not None for rank, *_ in self.per_file)
-        rates = any(k.bytes or k.flops for k in c.kernels.values())
-        return bool(rates or ranked or self.traced or self.scoped or c.scopes or c.cpu)
-
     def problem(self) -> str | None:
         """Why the captures read hold nothing to summarise, saying what they hold instead."""
         c = self.capture
