@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from summary.compare import autotuned, failures, outcome
 from summary.files import write_output
-from summary.views import launch_bound
+from summary.views import launch_bound, rank_notes
 
 AORTA_KEYS = "proton_kernel_count proton_gpu_time_ms proton_top_kernel_ms proton_top_kernels "
 AORTA_KEYS = (*AORTA_KEYS.split(), "proton_artifact_dir")
@@ -294,16 +294,7 @@ def ranks(summary: dict) -> Figure | None:
         x=[f"rank {r['rank']}" for r in rows], y=[r["gpu_time_ms"] for r in rows], text=words
     )
     fig.update_layout(height=320, yaxis_title="GPU ms")
-    caption = []
-    if (imbalance := summary.get("proton_rank_imbalance")) is not None:
-        caption.append(
-            f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}"
-        )
-    if skew := summary.get("proton_rank_start_skew"):
-        caption.append(
-            f"rank {skew['rank']} starts its GPU work last, {skew['ms']:.3f} ms after the first"
-        )
-    return Figure("ranks", "Ranks", caption + more(every, MOST, "ranks"), fig)
+    return Figure("ranks", "Ranks", rank_notes(summary) + more(every, MOST, "ranks"), fig)
 
 
 def scopes(summary: dict) -> Figure | None:

@@ -245,19 +245,22 @@ def ranks_table(summary: dict, top: int) -> list:
             at = f" {first / 1e6:9.3f} {last / 1e6:9.3f}"
         files = ", ".join(f.rsplit("/", 1)[-1] for f in r["files"])
         lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}{at}  {files}")
-    if (imbalance := summary["proton_rank_imbalance"]) is not None:
-        lines.append(f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}")
+    return lines + rank_notes(summary)
+
+
+def rank_notes(summary: dict) -> list:
+    """The ranks' imbalance and start skew in words, as the table and the page say them."""
+    notes, skew = [], summary.get("proton_rank_start_skew")
+    if (imbalance := summary.get("proton_rank_imbalance")) is not None:
+        notes.append(f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}")
     if skew:
-        lines.append(
-            "start skew (first and last ms: on one clock, from the earliest start): rank "
-            f"{skew['rank']} starts its GPU work last, {skew['ms']:.3f} ms after the first"
+        notes.append(
+            f"start skew, on one clock: rank {skew['rank']} starts its GPU work last, "
+            f"{skew['ms']:.3f} ms after the first"
         )
     elif "proton_rank_start_skew" in summary:
-        lines.append(
-            "ranks' clocks are not comparable (their traces carry no baseTimeNanoseconds): "
-            "no start skew"
-        )
-    return lines
+        notes.append("ranks' clocks are not comparable (no baseTimeNanoseconds): no start skew")
+    return notes
 
 
 def tree_scopes(scopes: dict) -> list:
