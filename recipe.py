@@ -12,6 +12,7 @@ Exit status: 0, or 2 with one line on stderr for a recipe aorta would refuse.
 
 import argparse
 import sys
+from reprlib import repr as short  # a value quoted in a one-line message, cut short
 
 FIELDS = ["mode", "backend", "context", "data", "hook", "proton_mode", "trials"]
 ALLOWED = {
@@ -39,11 +40,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage
         text = message[:200]
         self.exit(2, f"recipe.py: error: {text if text.isprintable() else ascii(text)}\n")
-
-
-def short(value: object) -> str:  # a value as a one-line message quotes it
-    text = repr(value)
-    return text if len(text) <= 42 else text[:40] + "..."
 
 
 def one_of(where: str, value: object, allowed: list[str]) -> str:
