@@ -1,20 +1,13 @@
 """Run a Python script under Proton as `python -m triton.profiler.proton` does, with what
 that command cannot do (a capture per rank, an instrumentation mode); say what made a run;
 check a kernel's launch_metadata on the CPU (check_launch_metadata, for a user's test).
+docs/profiling.md tells the ranks it reads, what --env exports and what the provenance holds.
 
     python proton_launch.py [-n NAME] [--ranked] [-b BACKEND] [-c CONTEXT] [-d DATA]
                             [-k triton] [--mode MODE] [--env] SCRIPT.py [ARGS ...]
     python proton_launch.py --provenance FILE [-b BACKEND] [--mode MODE] [--env] [--run-id ID]
 
---ranked (under a launcher) names the capture NAME.rank<R> for the process's global rank
-(torchrun's RANK, Slurm's SLURM_PROCID, or MPI's OMPI_COMM_WORLD_RANK, PMI_RANK or
-PMIX_RANK) and exports LOCAL_RANK where it is unset. Everything after SCRIPT.py is the
-script's, a `--` included. --mode is aorta's; for the instrumentation backend it becomes
-the typed proton.mode.Default. --env starts no profiler, for a script that calls
-proton.start() itself: it exports aorta's AORTA_PROTON_DIR, _NAME, _CONTEXT, _DATA and,
-where given, _BACKEND, _MODE and _HOOK. --provenance writes FILE, a new file: Triton's and
-torch's versions (package metadata, nothing imported), the backend and mode asked for and
-given to Proton (null where Proton or the script picks), and the run's id.
+Everything after SCRIPT.py is the script's, a `--` included.
 Exit status: the script's own, 130 on Ctrl-C; 2 for bad arguments, a GPU the
 instrumentation backend cannot compile for, or a FILE that cannot be made.
 """
