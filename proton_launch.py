@@ -161,10 +161,8 @@ def provenance(args: argparse.Namespace) -> dict:
 
 def check_launch_metadata(kernel: object, launch: Callable[[], object]) -> dict:
     """What kernel's launch_metadata returns for the first launch launch() makes, called as
-    Proton's hook calls it: (grid, metadata with the kernel's name, every argument by name,
-    an autotuner's constexprs included). Raises ValueError unless its name is a str and its
-    bytes, flops and flops8 to flops64 (one at least) finite numbers >= 0. On the CPU, in
-    Triton's interpreter: check_launch_metadata(mine.add_kernel, lambda: mine.add(x, y))"""
+    Proton's hook calls it; ValueError unless its name is a str and its bytes, flops and
+    flops8 to flops64 (one at least) finite numbers >= 0. docs/profiling.md shows a test."""
     jit = kernel
     while not inspect.isfunction(jit.fn):  # an autotuner or heuristics around the kernel
         jit = jit.fn
