@@ -105,14 +105,13 @@ def typed_mode(spec: str) -> object:
     from triton.profiler import mode
 
     kind, *pairs = spec.split(":")
-    typed = {"default": getattr(mode, "Default", None), "mma": getattr(mode, "MMA", None)}
-    if typed.get(kind) is None:
+    typed = {"default": mode.Default, "mma": mode.MMA}
+    if kind not in typed:
         return spec
     fields = dict(pair.partition("=")[::2] for pair in pairs)
     try:
-        for key, field in typed[kind].__dataclass_fields__.items():  # buffer_size: an int
-            if key in fields and field.type in (int, "int"):
-                fields[key] = int(fields[key])
+        if "buffer_size" in fields:  # the one int field; the others take strings
+            fields["buffer_size"] = int(fields["buffer_size"])
         return typed[kind](**fields)
     except (TypeError, ValueError) as e:
         fail(f"mode {spec[:60]!r}: {' '.join(str(e).split())[:120]}")
