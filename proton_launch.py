@@ -214,14 +214,14 @@ def main(argv: list[str] | None = None) -> int:
         exports.update(DATA=args.data, BACKEND=args.backend, MODE=args.mode, HOOK=args.hook)
         os.environ.update({f"AORTA_PROTON_{key}": v for key, v in exports.items() if v})
         return run_script(args.script, args.args)
-    mode = args.mode
-    if args.backend == "instrumentation":
+    given = provenance(args)
+    backend, mode = given["backend_used"], given["mode_used"]
+    if backend == "instrumentation":
         import triton.profiler.language as pl
 
         check_instrumentable()
         pl.enable_semantic("triton")
-        mode = typed_mode(args.mode or "default")
-    backend = None if args.backend in (None, "auto") else args.backend
+        mode = typed_mode(mode)
     options = dict(context=args.context, data=args.data, backend=backend, hook=args.hook)
     proton.start(name, mode=mode, **options)
     try:
