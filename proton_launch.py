@@ -1,20 +1,13 @@
 """Run a Python script under Proton as `python -m triton.profiler.proton` does, with what
 that command cannot do (a capture per rank, an instrumentation mode); say what made a run;
 check a kernel's launch_metadata on the CPU (check_launch_metadata, for a user's test).
+docs/profiling.md tells the ranks it reads, what --env exports and what the provenance holds.
 
     python proton_launch.py [-n NAME] [--ranked] [-b BACKEND] [-c CONTEXT] [-d DATA]
                             [-k triton] [--mode MODE] [--env] SCRIPT.py [ARGS ...]
     python proton_launch.py --provenance FILE [-b BACKEND] [--mode MODE] [--env] [--run-id ID]
 
---ranked (under a launcher) names the capture NAME.rank<R> for the process's global rank
-(torchrun's RANK, Slurm's SLURM_PROCID, or MPI's OMPI_COMM_WORLD_RANK, PMI_RANK or
-PMIX_RANK) and exports LOCAL_RANK where it is unset. Everything after SCRIPT.py is the
-script's, a `--` included. --mode is aorta's; for the instrumentation backend it becomes
-the typed proton.mode.Default. --env starts no profiler, for a script that calls
-proton.start() itself: it exports aorta's AORTA_PROTON_DIR, _NAME, _CONTEXT, _DATA and,
-where given, _BACKEND, _MODE and _HOOK. --provenance writes FILE, a new file: Triton's and
-torch's versions (package metadata, nothing imported), the backend and mode asked for and
-given to Proton (null where Proton or the script picks), and the run's id.
+Everything after SCRIPT.py is the script's, a `--` included.
 Exit status: the script's own, 130 on Ctrl-C; 2 for bad arguments, a GPU the
 instrumentation backend cannot compile for, or a FILE that cannot be made.
 """
@@ -112,14 +105,13 @@ def typed_mode(spec: str) -> object:
     from triton.profiler import mode
 
     kind, *pairs = spec.split(":")
-    typed = {"default": getattr(mode, "Default", None), "mma": getattr(mode, "MMA", None)}
-    if typed.get(kind) is None:
+    typed = {"default": mode.Default, "mma": mode.MMA}
+    if kind not in typed:
         return spec
     fields = dict(pair.partition("=")[::2] for pair in pairs)
     try:
-        for key, field in typed[kind].__dataclass_fields__.items():  # buffer_size: an int
-            if key in fields and field.type in (int, "int"):
-                fields[key] = int(fields[key])
+        if "buffer_size" in fields:  # the one int field; the others take strings
+            fields["buffer_size"] = int(fields["buffer_size"])
         return typed[kind](**fields)
     except (TypeError, ValueError) as e:
         fail(f"mode {spec[:60]!r}: {' '.join(str(e).split())[:120]}")
@@ -168,10 +160,8 @@ def provenance(args: argparse.Namespace) -> dict:
 
 def check_launch_metadata(kernel: object, launch: Callable[[], object]) -> dict:
     """What kernel's launch_metadata returns for the first launch launch() makes, called as
-    Proton's hook calls it: (grid, metadata with the kernel's name, every argument by name,
-    an autotuner's constexprs included). Raises ValueError unless its name is a str and its
-    bytes, flops and flops8 to flops64 (one at least) finite numbers >= 0. On the CPU, in
-    Triton's interpreter: check_launch_metadata(mine.add_kernel, lambda: mine.add(x, y))"""
+    Proton's hook calls it; ValueError unless its name is a str and its bytes, flops and
+    flops8 to flops64 (one at least) finite numbers >= 0. docs/profiling.md shows a test."""
     jit = kernel
     while not inspect.isfunction(jit.fn):  # an autotuner or heuristics around the kernel
         jit = jit.fn
@@ -224,14 +214,14 @@ def main(argv: list[str] | None = None) -> int:
         exports.update(DATA=args.data, BACKEND=args.backend, MODE=args.mode, HOOK=args.hook)
         os.environ.update({f"AORTA_PROTON_{key}": v for key, v in exports.items() if v})
         return run_script(args.script, args.args)
-    mode = args.mode
-    if args.backend == "instrumentation":
+    given = provenance(args)
+    backend, mode = given["backend_used"], given["mode_used"]
+    if backend == "instrumentation":
         import triton.profiler.language as pl
 
         check_instrumentable()
         pl.enable_semantic("triton")
-        mode = typed_mode(args.mode or "default")
-    backend = None if args.backend in (None, "auto") else args.backend
+        mode = typed_mode(mode)
     options = dict(context=args.context, data=args.data, backend=backend, hook=args.hook)
     proton.start(name, mode=mode, **options)
     try:

@@ -12,6 +12,7 @@ Exit status: 0, or 2 with one line on stderr for a recipe aorta would refuse.
 
 import argparse
 import sys
+from reprlib import repr as short  # a value quoted in a one-line message, cut short
 
 FIELDS = ["mode", "backend", "context", "data", "hook", "proton_mode", "trials"]
 ALLOWED = {
@@ -41,11 +42,6 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"recipe.py: error: {text if text.isprintable() else ascii(text)}\n")
 
 
-def short(value: object) -> str:  # a value as a one-line message quotes it
-    text = repr(value)
-    return text if len(text) <= 42 else text[:40] + "..."
-
-
 def one_of(where: str, value: object, allowed: list[str]) -> str:
     if value not in allowed:
         raise Refused(f"{where}: {short(value)} is not one of {', '.join(allowed)}")
@@ -60,15 +56,14 @@ def options(recipe: object, overrides: dict | None = None) -> dict:
     proton = collect.get("proton") if isinstance(collect, dict) else None
     if not isinstance(proton, dict):
         raise Refused("no collect.proton mapping")
+    chosen = dict(DEFAULTS)
     for key, value in proton.items():
         if key not in ALLOWED:
             raise Refused(f"unknown key collect.proton.{short(key)} (known: {', '.join(ALLOWED)})")
         if not isinstance(value, str):
             raise Refused(f"collect.proton.{key} must be a string, got {short(value)}")
-    # aorta compares the values stripped and lower-cased.
-    chosen = {**DEFAULTS, **{key: value.strip().lower() for key, value in proton.items()}}
-    for key, value in chosen.items():
-        one_of(f"collect.proton.{key}", value, ALLOWED[key])
+        # aorta compares the values stripped and lower-cased.
+        chosen[key] = one_of(f"collect.proton.{key}", value.strip().lower(), ALLOWED[key])
     for key, value in (overrides or {}).items():
         if value:
             chosen[key] = one_of(f"--{key}", value, ALLOWED[key])
@@ -84,20 +79,19 @@ def proton_mode(chosen: dict, rocprof: bool) -> str | None:
     mode with its granularity; None when neither is set. Refuses what aorta refuses."""
     backend = chosen["backend"]
     intra = [key for key in ("instrumentation_mode", "granularity") if key in chosen]
-    if "backend_mode" in chosen and intra:
-        raise Refused(
-            f"collect.proton.backend_mode conflicts with {', '.join(intra)}: both become "
-            "Proton's one --mode; set only one"
-        )
     if "backend_mode" in chosen:
-        allowed = BACKEND_MODES.get(backend)
-        if allowed is None:
+        if intra:
+            raise Refused(
+                f"collect.proton.backend_mode conflicts with {', '.join(intra)}: both become "
+                "Proton's one --mode; set only one"
+            )
+        if backend not in BACKEND_MODES:
             raise Refused(
                 f"collect.proton.backend_mode needs a pinned backend ({', '.join(BACKEND_MODES)}),"
                 f" not {backend}"
             )
         where = f"collect.proton.backend_mode for backend {backend}"
-        return one_of(where, chosen["backend_mode"], allowed)
+        return one_of(where, chosen["backend_mode"], BACKEND_MODES[backend])
     if intra and backend != "instrumentation":
         raise Refused(
             f"collect.proton.{' and '.join(intra)} need backend instrumentation (they set the "
@@ -119,16 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("recipe")
     for key in ("data", "backend", "context", "hook"):
         parser.add_argument(f"--{key}", default="")
-    args = parser.parse_args(argv)
-    overrides = {key: getattr(args, key) for key in ("data", "backend", "context", "hook")}
-    why = f"{sys.executable} has no PyYAML to read it with (make setup, or pip install PyYAML)"
+    overrides = vars(parser.parse_args(argv))
+    path = overrides.pop("recipe")
     try:
         import yaml
 
-        with open(args.recipe, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             chosen = options(yaml.safe_load(f), overrides)
     except ImportError:
-        pass
+        why = f"{sys.executable} has no PyYAML to read it with (make setup, or pip install PyYAML)"
     except OSError as e:
         why = (e.strerror or str(e)).lower()
     except UnicodeDecodeError:
@@ -140,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("\n".join(str(chosen.get(field) or "") for field in FIELDS))
         return 0
-    shown = args.recipe[:200] if args.recipe[:200].isprintable() else repr(args.recipe[:200])
+    shown = path[:200] if path[:200].isprintable() else repr(path[:200])
     print(f"profile.sh: error: {shown}: {why}", file=sys.stderr)
     return 2
 
