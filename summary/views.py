@@ -183,17 +183,19 @@ def timeline_table(summary: dict, top: int) -> list:
 
 
 def launch_bound(e: dict) -> str | None:
-    """The diagnosis of a timeline entry (a call site's) that looks like a loop held back
-    by the host, in a sentence; None for any other."""
-    idle = e["median_idle_us"]
+    """The diagnosis of a timeline entry (a call site's, its rank's where it has one) that
+    looks like a loop held back by the host, in a sentence; None for any other."""
+    idle, each = e["median_idle_us"], e["kernel_ms"] * 1e3 / e["launches"]
     loop = e["fewest_launches_of_a_kernel"] >= 3 and e["busy"] < 0.5
-    if not (loop and idle is not None and idle <= LAUNCH_GAP_US):
+    # Gaps shorter than a kernel: the host keeps ahead, and the idle time lies elsewhere.
+    if not (loop and idle is not None and each <= idle <= LAUNCH_GAP_US):
         return None
+    rank = f"rank {e['rank']}: " if "rank" in e else ""
     return (
-        f"{e['callsite'] or 'kernels with no frame of yours'}: the GPU was idle "
+        f"{rank}{e['callsite'] or 'kernels with no frame of yours'}: the GPU was idle "
         f"{1 - e['busy']:.0%} of the span of its {e['launches']} launches, a median "
-        f"{idle:.1f} us between launches against {e['kernel_ms'] * 1e3 / e['launches']:.1f}"
-        " us of kernel each: the host's launch cost bounds it, not the kernel."
+        f"{idle:.1f} us between launches against {each:.1f} us of kernel each: the host's "
+        "launch cost bounds it, not the kernel."
     )
 
 
