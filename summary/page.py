@@ -278,7 +278,7 @@ def timeline(summary: dict) -> Figure | None:
         f"{e['busy']:.0%}, median idle " + ("-" if gap is None else f"{gap:.1f} us")
         for e, gap in zip(shown[:5], idle, strict=False)
     ]
-    caption += [f"<b>{text(ranked(e) + said)}</b>" for e in entries if (said := launch_bound(e))]
+    caption += [f"<b>{text(said)}</b>" for e in entries if (said := launch_bound(e))]
     title = f"Timeline per call site ({bins} bins of each site's span)"
     return Figure("timeline", title, caption + more(entries, SITES, "call sites"), fig)
 
