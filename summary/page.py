@@ -1,7 +1,8 @@
 """One self-contained HTML page of a run's summary (summary.json's object, whose keys
 docs/summary.md describes): the headline and the gate's outcome, aorta's five keys, the
-device and provenance, then a figure for each view the summary holds. plotly draws the
-figures, its JavaScript inline, so that the page opens offline and fetches nothing.
+device and provenance, then a figure for each view the summary holds. Each figure is a
+plain dict in plotly.js's JSON figure schema ({"data": [traces], "layout": {...}}), which
+plotly.io writes with plotly.js inline, so that the page opens offline and fetches nothing.
 
 Only the summary's keys are read, each view where it is present, so that the page shows
 exactly what summary.json says. parse_hatchet.py imports this module only when a page is
@@ -12,9 +13,8 @@ import html
 import zlib
 from typing import NamedTuple
 
-import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.subplots import make_subplots
+from plotly.colors import make_colorscale, sequential
 
 from summary.compare import autotuned, failures, outcome
 from summary.files import write_output
@@ -27,8 +27,15 @@ SITES = 40  # call sites drawn on the timeline
 MOST = 200  # call sites in the icicle, ranks in their bars: a page's size is bounded
 LABEL = 60  # characters of a name on an axis; hover shows it whole
 ROW_PX, MARGIN_PX = 26, 110
+MARGIN = {"t": 30, "r": 10, "b": 50}  # plotly's, in pixels, for every figure
 BLUE, PALE, ORANGE, GREEN, GREY = "#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#8c8c8c"
-RIGHT = {"orientation": "h", "row": 1, "col": 2, "hoverinfo": "x+name"}  # percent-of-peak bars
+RIGHT = {"xaxis": "x2", "hoverinfo": "x+name"}  # percent-of-peak bars, on the kernels' rows
+PANELS = {"share of GPU time": [0.0, 0.679], "% of peak GB/s": [0.709, 1.0]}  # the kernels'
+TITLE = {"y": 1.0, "xref": "paper", "yref": "paper", "xanchor": "center", "yanchor": "bottom"}
+TITLE.update(showarrow=False, font={"size": 16})  # a panel's, above it
+ONE = {"type": "line", "x0": 1, "x1": 1, "xref": "x", "y0": 0, "y1": 1, "yref": "y domain"}
+ONE["line"] = {"color": GREY, "dash": "dot"}  # a ratio of 1, dotted across the rows
+BLUES = make_colorscale(sequential.Blues)  # ColorBrewer's, which plotly.js does not name
 DIAMOND = {"symbol": "diamond", "size": 13, "line": {"width": 1, "color": "#333"}}
 CONFIG = {"displayModeBar": False, "responsive": True}  # plotly's, for every figure
 VERDICT_COLOURS = {"slower": "#d62728", "faster": GREEN, "same": GREY, "inconclusive": ORANGE}
@@ -48,7 +55,7 @@ class Figure(NamedTuple):
     key: str
     title: str
     caption: list[str]
-    figure: go.Figure
+    figure: dict
 
 
 def text(value: object) -> str:
@@ -73,10 +80,21 @@ def readable(summary: dict) -> dict:
     return {k["name"]: k.get("readable_name", k["name"]) for k in summary.get("proton_kernels", [])}
 
 
-def rows_axis(fig: go.Figure, labels: list[str]) -> None:
-    """Rows top down, one per label (labels may repeat: two call sites can end alike)."""
+def rows_axis(labels: list[str]) -> dict:
+    """A y axis of rows top down, one a label (labels may repeat: call sites can end alike)."""
     ticks = {"tickvals": list(range(len(labels))), "ticktext": labels, "zeroline": False}
-    fig.update_yaxes(autorange="reversed", **ticks)
+    return {"autorange": "reversed", **ticks}
+
+
+def figure(data: list[dict], px: int, yaxis: dict | None = None, **layout: object) -> dict:
+    """plotly's figure of the traces data, px high, its y axis as wide as its labels need."""
+    yaxis = {**(yaxis or {}), "automargin": True}
+    return {"data": data, "layout": {"height": px, "margin": MARGIN, "yaxis": yaxis, **layout}}
+
+
+def bar(x: list, **attributes: object) -> dict:
+    """A trace of horizontal bars, one a row from the top."""
+    return {"type": "bar", "orientation": "h", "x": x, "y": list(range(len(x))), **attributes}
 
 
 def shown_value(value: object) -> str:
@@ -135,54 +153,48 @@ def kernels(summary: dict) -> Figure | None:
     if not shown:
         return None
     total = sum(k["total_ms"] for k in rows) or 1.0
-    at = list(range(len(shown)))
-    rated = any(k.get("pct_of_peak_bw") is not None for k in shown)
-    fig = make_subplots(
-        cols=2 if rated else 1,
-        shared_yaxes=True,
-        column_widths=[0.7, 0.3] if rated else None,
-        horizontal_spacing=0.03,
-        subplot_titles=["share of GPU time", "% of peak GB/s"] if rated else None,
-    )
     tuned = [tuned.get(k["name"], (0.0, 0)) for k in shown]
     tuning = [ms / total for ms, _ in tuned]
     own = [k["total_ms"] / total - t for k, t in zip(shown, tuning, strict=True)]
     words = [text(kernel_words(k, t)) for k, t in zip(shown, tuned, strict=True)]
-    words = {"text": words, "textposition": "outside"}  # on the last bar drawn
+    tuner = {"name": "autotuning launches (Triton's tuner timing its configs)", "text": words}
+    tuner.update(marker={"color": PALE}, textposition="outside", showlegend=any(tuning))
     hover = {"customdata": [text(k.get("readable_name", k["name"])) for k in shown]}
     hover["hovertemplate"] = "%{customdata}<br>%{x:.1%} of GPU time<extra></extra>"
-    hover.update(name="your launches", marker_color=BLUE, showlegend=any(tuning))
-    fig.add_bar(x=own, y=at, orientation="h", **hover)
-    tuner = {"name": "autotuning launches (Triton's tuner timing its configs)"}
-    tuner.update(marker_color=PALE, showlegend=any(tuning), **words)
-    fig.add_bar(x=tuning, y=at, base=own, orientation="h", **tuner)  # where the others end
-    if rated:
-        peak_bars(fig, shown, at)
-    fig.update_layout(barmode="overlay", height=height(len(shown)), bargap=0.3)
-    fig.update_layout(showlegend=any(tuning) or len(fig.data) > 3, legend_orientation="h")
-    fig.update_xaxes(tickformat=".0%")
-    fig.update_xaxes(range=[0, max(a + b for a, b in zip(own, tuning, strict=True)) * 1.9], col=1)
-    rows_axis(fig, [cut(k.get("readable_name", k["name"])) for k in shown])
+    widest = max(a + b for a, b in zip(own, tuning, strict=True))
+    right, axes = peak_panel(shown, {"tickformat": ".0%", "range": [0, widest * 1.9]})
+    data = [
+        bar(own, name="your launches", marker={"color": BLUE}, showlegend=any(tuning), **hover),
+        bar(tuning, base=own, **tuner),  # from where the others end; its words at the total
+        *right,
+    ]
+    layout = {"barmode": "overlay", "bargap": 0.3, "showlegend": any(tuning) or len(right) > 1}
+    labels = rows_axis([cut(k.get("readable_name", k["name"])) for k in shown])
+    fig = figure(data, height(len(shown)), labels, legend={"orientation": "h"}, **layout, **axes)
     caption = ["GB/s and % of peak where Proton's launch hook counted bytes (HOOK=triton)."]
     return Figure("kernels", "Kernels", caption + more(rows, len(shown), "kernels"), fig)
 
 
-def peak_bars(fig: go.Figure, shown: list, at: list) -> None:
-    """Percent of the nominal peak, and of the measured ceiling (marked L2-resident where
-    the run found the kernel's bytes served from L2) where the run has one."""
+def peak_panel(shown: list, share: dict) -> tuple[list[dict], dict]:
+    """Beside the kernels' share of GPU time (share: its x axis), a panel of their percent of
+    the nominal peak, and of the measured ceiling where the run has one (L2-resident where the
+    run found the kernel's bytes served from L2): its bars, and the layout of both x axes."""
     peak = [k.get("pct_of_peak_bw") for k in shown]
+    if all(p is None for p in peak):
+        return [], {"xaxis": share}
     words = [f"{p:.0%}" if p is not None else "" for p in peak]
-    fig.add_bar(
-        x=peak, y=at, **RIGHT, name="% of the nominal peak", text=words, marker_color=ORANGE
-    )
+    bars = [bar(peak, name="% of the nominal peak", text=words, marker={"color": ORANGE}, **RIGHT)]
     ceiling = [k.get("pct_of_ceiling_bw") for k in shown]
     if any(c is not None for c in ceiling):  # narrower, on the peak's bar
         l2 = [" L2-resident" if k.get("l2_resident") else "" for k in shown]
         words = ["" if c is None else f"{c:.0%}{s}" for c, s in zip(ceiling, l2, strict=True)]
-        style = {"marker_color": GREEN, "width": 0.35, "textposition": "outside", "text": words}
-        fig.add_bar(x=ceiling, y=at, **RIGHT, name="% of the measured ceiling", **style)
+        style = {"marker": {"color": GREEN}, "width": 0.35, "textposition": "outside"}
+        bars.append(bar(ceiling, name="% of the measured ceiling", text=words, **style, **RIGHT))
     most = max(x for x in [*peak, *ceiling, 1.0] if x is not None)
-    fig.update_xaxes(range=[0, most * 1.6], row=1, col=2)
+    share_at, peak_at = PANELS.values()
+    xaxis2 = {"tickformat": ".0%", "range": [0, most * 1.6], "domain": peak_at, "anchor": "y"}
+    titles = [{"text": title, "x": sum(at) / 2, **TITLE} for title, at in PANELS.items()]
+    return bars, {"xaxis": {**share, "domain": share_at}, "xaxis2": xaxis2, "annotations": titles}
 
 
 def frames(callsite: str) -> list[str]:
@@ -222,19 +234,19 @@ def callsites(summary: dict) -> Figure | None:
             leaf = nodes.setdefault(f"{parent}\n\0{name}", [cut(name), parent, hover, 0.0, PALE])
             leaf[3] += k["ms"]
     label, parent, hover, ms, colour = zip(*nodes.values(), strict=True)
-    fig = go.Figure()
-    fig.add_icicle(
-        ids=list(nodes),
-        labels=label,
-        parents=parent,
-        values=ms,
-        customdata=hover,
-        branchvalues="remainder",
-        tiling={"orientation": "v"},
-        marker_colors=colour,
-        hovertemplate="%{customdata}<br>%{value:.4f} ms, %{percentRoot:.1%}<extra></extra>",
-    )
-    fig.update_layout(height=520, margin={"t": 10, "l": 10, "r": 10, "b": 10})
+    icicle = {
+        "type": "icicle",
+        "ids": list(nodes),
+        "labels": label,
+        "parents": parent,
+        "values": ms,
+        "customdata": hover,
+        "branchvalues": "remainder",
+        "tiling": {"orientation": "v"},
+        "marker": {"colors": colour},
+        "hovertemplate": "%{customdata}<br>%{value:.4f} ms, %{percentRoot:.1%}<extra></extra>",
+    }
+    fig = figure([icicle], 520, margin={**MARGIN, "l": 10})
     caption = ["Each frame as wide as the GPU time launched under it; click to zoom in."]
     caption += more(sites, MOST, "call sites")
     return Figure("callsites", "Call sites (icicle of the folded stacks)", caption, fig)
@@ -259,19 +271,19 @@ def timeline(summary: dict) -> Figure | None:
         return None
     bins = len(shown[0]["busy_by_bin"])
     labels = [f"{i}. {site_label(e)}, bins of {e['bin_us']:.3g} us" for i, e in enumerate(shown, 1)]
-    fig = go.Figure()
-    fig.add_heatmap(
-        z=[e["busy_by_bin"] for e in shown],
-        x=[100 * (i + 0.5) / bins for i in range(bins)],
-        zmin=0,
-        zmax=1,
-        colorscale="Blues",
-        colorbar={"title": "busy", "tickformat": ".0%"},
-        y=labels,
-        hovertemplate="%{y}<br>at %{x:.1f}% of its span: busy %{z:.0%}<extra></extra>",
-    )
-    fig.update_layout(height=height(len(shown)), xaxis_title="% of the call site's span")
-    fig.update_yaxes(autorange="reversed")
+    strip = {
+        "type": "heatmap",
+        "z": [e["busy_by_bin"] for e in shown],
+        "x": [100 * (i + 0.5) / bins for i in range(bins)],
+        "zmin": 0,
+        "zmax": 1,
+        "colorscale": BLUES,
+        "colorbar": {"title": {"text": "busy"}, "tickformat": ".0%"},
+        "y": labels,
+        "hovertemplate": "%{y}<br>at %{x:.1f}% of its span: busy %{z:.0%}<extra></extra>",
+    }
+    span = {"title": {"text": "% of the call site's span"}}
+    fig = figure([strip], height(len(shown)), {"autorange": "reversed"}, xaxis=span)
     idle = [e.get("median_idle_us") for e in shown]
     caption = [
         f"{site_label(e)}: {e['launches']} launches over {e['span_ms']:.3f} ms, busy "
@@ -289,11 +301,10 @@ def ranks(summary: dict) -> Figure | None:
     if not rows:
         return None
     every, rows = rows, rows[:MOST]
-    fig, words = go.Figure(), [f"{r.get('kernel_count')} launches" for r in rows]
-    fig.add_bar(
-        x=[f"rank {r['rank']}" for r in rows], y=[r["gpu_time_ms"] for r in rows], text=words
-    )
-    fig.update_layout(height=320, yaxis_title="GPU ms")
+    x, y = [f"rank {r['rank']}" for r in rows], [r["gpu_time_ms"] for r in rows]
+    words = [f"{r.get('kernel_count')} launches" for r in rows]
+    bars = {"type": "bar", "x": x, "y": y, "text": words}
+    fig = figure([bars], 320, {"title": {"text": "GPU ms"}})
     return Figure("ranks", "Ranks", rank_notes(summary) + more(every, MOST, "ranks"), fig)
 
 
@@ -302,12 +313,9 @@ def scopes(summary: dict) -> Figure | None:
     rows = summary.get("proton_scopes") or []
     if not (shown := rows[:TOP]):
         return None
-    fig, words = go.Figure(), [f"{s['cycles']:.3g} cycles" for s in shown]
-    fig.add_bar(
-        x=[s["share"] for s in shown], y=list(range(len(shown))), orientation="h", text=words
-    )
-    fig.update_layout(height=height(len(shown)), xaxis_tickformat=".0%")
-    rows_axis(fig, [cut(f"{s['kernel']}: {s['scope']}") for s in shown])
+    shares = bar([s["share"] for s in shown], text=[f"{s['cycles']:.3g} cycles" for s in shown])
+    labels = rows_axis([cut(f"{s['kernel']}: {s['scope']}") for s in shown])
+    fig = figure([shares], height(len(shown)), labels, xaxis={"tickformat": ".0%"})
     caption = [
         text(
             f"{s['kernel']}: {s['launches']} launches over {s['sms']} SMs, CTAs per SM per "
@@ -318,34 +326,30 @@ def scopes(summary: dict) -> Figure | None:
     return Figure("scopes", "Scopes: cycles inside each kernel", caption, fig)
 
 
-def points(fig: go.Figure, at: int, times: list | None, mean: float | None, base: bool) -> None:
+def markers(x: list, at: int, marker: dict, hovertemplate: str, **attributes: object) -> dict:
+    """A trace of points on row at, out of the legend."""
+    points = {"type": "scatter", "mode": "markers", "showlegend": False, "marker": marker}
+    return {**points, "x": x, "y": [at] * len(x), "hovertemplate": hovertemplate, **attributes}
+
+
+def points(at: int, times: list | None, mean: float | None, base: bool) -> list[dict]:
     """A row's per-trial times as points, each over the base's mean: the base's open."""
     colour, symbol, side = (GREY, "circle-open", "base") if base else (BLUE, "circle", "now")
-    if times and mean:
-        fig.add_scatter(
-            x=[t / mean for t in times],
-            y=[at] * len(times),
-            mode="markers",
-            showlegend=False,
-            marker={"color": colour, "symbol": symbol, "size": 8},
-            hovertemplate=f"{side}, a trial: %{{x:.3f}}<extra></extra>",
-        )
+    if not (times and mean):
+        return []
+    marker = {"color": colour, "symbol": symbol, "size": 8}
+    hover = f"{side}, a trial: %{{x:.3f}}<extra></extra>"
+    return [markers([t / mean for t in times], at, marker, hover)]
 
 
-def judged(fig: go.Figure, at: int, row: dict) -> None:
+def judged(at: int, row: dict) -> dict:
     """A row's ratio, now over the base, with its interval (its ratio alone where it has
     none: one run a side), coloured by its verdict."""
     r = row["ratio"]
     low, high = (r, r) if row.get("low") is None else (row["low"], row["high"])
-    fig.add_scatter(
-        x=[row["ratio"]],
-        y=[at],
-        mode="markers",
-        showlegend=False,
-        marker={**DIAMOND, "color": VERDICT_COLOURS.get(row["verdict"], "#9467bd")},
-        error_x={"array": [high - row["ratio"]], "arrayminus": [row["ratio"] - low]},
-        hovertemplate=f"{row['verdict']}: %{{x:.3f}} ({low:.3f} to {high:.3f})<extra></extra>",
-    )
+    marker = {**DIAMOND, "color": VERDICT_COLOURS.get(row["verdict"], "#9467bd")}
+    hover = f"{row['verdict']}: %{{x:.3f}} ({low:.3f} to {high:.3f})<extra></extra>"
+    return markers([r], at, marker, hover, error_x={"array": [high - r], "arrayminus": [r - low]})
 
 
 def compared(summary: dict) -> Figure | None:
@@ -355,17 +359,15 @@ def compared(summary: dict) -> Figure | None:
     if not diff:
         return None
     rows = [diff["total"], *diff["kernels"][:TOP], *diff["callsites"][:TOP]]  # GPU time first
-    fig, labels = go.Figure(), []
+    data, labels = [], []
     for at, row in enumerate(rows):
         what = row.get("readable_name") or " > ".join(frames(row.get("callsite", ""))[-2:])
         labels.append(f"{cut(what)}: <b>{row['verdict']}</b>")
-        points(fig, at, row.get("base_times_ms"), row.get("base_ms"), base=True)
-        points(fig, at, row.get("times_ms"), row.get("base_ms"), base=False)
-        if row.get("ratio") is not None:
-            judged(fig, at, row)
-    fig.add_vline(x=1, line_dash="dot", line_color=GREY)
-    fig.update_layout(height=height(len(rows)), xaxis_title="time over the base's mean")
-    rows_axis(fig, labels)
+        data += points(at, row.get("base_times_ms"), row.get("base_ms"), base=True)
+        data += points(at, row.get("times_ms"), row.get("base_ms"), base=False)
+        data += [judged(at, row)] if row.get("ratio") is not None else []
+    xaxis = {"title": {"text": "time over the base's mean"}}
+    fig = figure(data, height(len(rows)), rows_axis(labels), xaxis=xaxis, shapes=[ONE])
     caption = [
         "Diamonds: now over the base, with the interval it was judged by; points: each "
         "trial's time, open the base's, filled now's (where the summary records them)."
@@ -380,14 +382,13 @@ def trials(summary: dict) -> Figure | None:
     rows, names = runs.get("kernels", [])[:TOP], readable(summary)
     if not rows:
         return None
-    fig = go.Figure()
+    data = []
     for at, k in enumerate(rows):
         times = k.get("times_ms") or [k["min_ms"], k["mean_ms"], k["max_ms"]]
-        points(fig, at, times, k["mean_ms"], base=False)
-    fig.add_vline(x=1, line_dash="dot", line_color=GREY)
-    fig.update_layout(height=height(len(rows)), xaxis_title="time over the kernel's mean")
+        data += points(at, times, k["mean_ms"], base=False)
     labels = [f"{cut(names.get(k['name'], k['name']))}, cv {k['cv'] or 0:.1%}" for k in rows]
-    rows_axis(fig, labels)
+    xaxis = {"title": {"text": "time over the kernel's mean"}}
+    fig = figure(data, height(len(rows)), rows_axis(labels), xaxis=xaxis, shapes=[ONE])
     return Figure("trials", f"Trials: each kernel's time in each of {runs['n']}", [], fig)
 
 
@@ -398,10 +399,9 @@ def page(summary: dict) -> str:
     """The page of summary, one HTML document with plotly's JavaScript inline, once."""
     parts, drawn = top(summary), filter(None, (view(summary) for view in VIEWS))  # None: no key
     for i, (key, heading, caption, fig) in enumerate(drawn):
-        fig.update_layout(template="none", margin={"t": 30, "r": 10, "b": 50})
-        fig.update_yaxes(automargin=True)
         parts += [f"<h2>{heading}</h2>", *(f'<p class="caption">{line}</p>' for line in caption)]
-        parts.append(pio.to_html(fig, CONFIG, include_plotlyjs=i == 0, full_html=False, div_id=key))
+        once = {"include_plotlyjs": i == 0, "full_html": False, "div_id": key, "validate": False}
+        parts.append(pio.to_html(fig, CONFIG, **once))
     title = html.escape(f"Proton summary: {summary.get('proton_artifact_dir', '')}")
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
