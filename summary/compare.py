@@ -318,21 +318,20 @@ def shown_as(row: dict) -> str:
     return row.get("readable_name") or row.get("callsite")
 
 
-def device(side: list) -> tuple:
-    """What a run ran on: its provenance's device, and its capture's devices' arch."""
-    summary = side[0]
-    named = (summary.get("proton_provenance") or {}).get("device")
-    archs = sorted({f"{d.get('type')} {d.get('arch')}" for d in summary.get("proton_device", [])})
-    return named, ", ".join(archs) or None
+def device(side: list) -> str | None:
+    """What a run ran on: its captures' device models (the H100 and H200 differ in the bus)."""
+    models = {
+        f"{d.get('type')} {d.get('arch')} ({d.get('sm_count')} SMs, "
+        f"{d.get('memory_bus_bits')}-bit memory bus)"
+        for d in side[0].get("proton_device", [])
+    }
+    return ", ".join(sorted(models)) or None
 
 
 def devices(base: list, now: list) -> str | None:
-    """Where base and now ran on different devices, both named; else None."""
-    pairs = list(zip(device(base), device(now), strict=True))
-    if not any(a and b and a != b for a, b in pairs):
-        return None
-    was, now_ = ("/".join(filter(None, side)) for side in zip(*pairs, strict=True))
-    return f"devices differ: {was} against {now_}"
+    """Where base and now ran on different device models, both named; else None."""
+    was, now_ = device(base), device(now)
+    return f"devices differ: {was} against {now_}" if was and now_ and was != now_ else None
 
 
 def refusal(base: list, now: list, interleaved: bool, any_device: bool) -> str | None:

@@ -353,6 +353,13 @@ def test_other_devices_are_refused_unless_any_device():
     assert p.returncode == 0 and all("devices differ" in line for line in table[:2] + table[3:])
 
 
+def test_an_h100_and_an_h200_are_other_devices():
+    # One arch (90) and one SM count: the memory bus tells them apart.
+    h100, h200 = (FIXTURES / f"{card}-softmax-python-hook.hatchet" for card in ("h100", "h200"))
+    p = cli(h200, "--diff", h100)
+    assert p.returncode == 2 and "5120-bit memory bus) against CUDA 90 (132 SMs, 6016" in p.stderr
+
+
 def test_a_deleted_line_moves_no_call_site_onto_another(tmp_path):
     # A 0.02 ms check at line 10 deleted: the 1 ms loop moves from line 20 to 19.
     check, loop = ["/workspace/mine.py:10@main"], ["/workspace/mine.py:20@main"]
