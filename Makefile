@@ -199,7 +199,7 @@ docker-run: ## make run in the container (SCRIPT, ARGS)
 	$(DOCKER_RUN) make run $(MAKE_VARS)
 
 docker-profile: ## make profile in the container; results in OUT, owned by you
-	@out=$$(realpath -m --relative-to=$(call q,$(HERE)) -- $(call q,$(OUT))); [[ $$out != @(.|..|../*) ]] || \
+	out=$$(realpath -m --relative-to=$(call q,$(HERE)) -- $(call q,$(OUT))); [[ $$out != @(.|..|../*) ]] || \
 	  { echo "make docker-profile: OUT must lie inside "$(call q,$(HERE))", the folder the container sees" >&2; exit 2; }; \
 	$(DOCKER_RUN) sh -c 'owner=$$0 out=$$1; shift; make profile "$$@"; s=$$?; chown -R "$$owner" -- "$$out"; exit $$s' \
 	  "$$(id -u):$$(id -g)" "$$out" OUT="$$out" RECIPE=$(call q,$(RECIPE)) $(MAKE_VARS)

@@ -146,8 +146,8 @@ def summarize(inputs: Inputs, captures: list) -> Summary:
     unread = list(inputs.found.skipped)
     run = read(captures, unread)
     summary = {"proton_artifact_dir": inputs.folder}
-    records = [files.record_of(path, inputs.records) for path in run.read]
-    if why := problem(run, unread, records, inputs.world_size):
+    provenance = [files.record_of(path, inputs.records) for path in run.read]
+    if why := problem(run, unread, provenance, inputs.world_size):
         return Summary(summary, why, run)
     for entry in unread:
         say(f"warning: skipped {entry['file']}: {entry['why']}")
@@ -159,7 +159,7 @@ def summarize(inputs: Inputs, captures: list) -> Summary:
     summary.update(five_keys(kernels) if kernels else {})
     summary["proton_context"] = "python" if run.capture.chains.python else "shadow"
     summary["proton_device"] = list(run.devices.values())
-    summary["proton_provenance"] = next(filter(None, records), None)
+    summary["proton_provenance"] = next(filter(None, provenance), None)
     summary["proton_unread"] = unread
     summary["proton_kernels"] = [
         {
@@ -213,7 +213,7 @@ def to_json(summary: dict) -> bytes:
     capture's output more than encoding it)."""
     try:
         values = [msgspec.json.encode(value) for value in summary.values()]
-    except UnicodeEncodeError:  # a path not UTF-8 (its bytes as lone surrogates): escaped
+    except UnicodeEncodeError:  # a lone surrogate (a path not UTF-8, a name): json escapes it
         values = [json.dumps(value, allow_nan=False).encode() for value in summary.values()]
     pairs = zip(summary, values, strict=True)
     lines = (b'  "%s": %s' % (key.encode(), value) for key, value in pairs)
@@ -408,7 +408,7 @@ def write_page(path: str | None, summary: dict, inputs: set) -> None:
     from summary import page
 
     try:
-        page.write(path, summary, inputs)
+        files.write_output(path, page.page(summary), inputs)
     except (Refused, OSError) as e:
         say(f"no page written to {path[:200]}: {getattr(e, 'strerror', None) or str(e)[:300]}")
 

@@ -8,10 +8,11 @@
 #   ./profile.sh [--results DIR] --compare NOW BASE [GATE] [-- PYTHON]
 #
 # COMMAND: a .py script after its interpreter or a launcher (python mine.py ARGS, torchrun
-# ... mine.py ARGS). A run makes RESULTS/KIND/<UTC time>-<pid>, or --output DIR, a new
-# folder. --rev REV (a revision, or a copy of the tree) or --base-script FILE: the script
-# now against its base; --compare: two runs (PYTHON compares). GATE: --fail-above PCT,
-# --min-ms MS, --any-device, as parse_hatchet.py takes them. docs/profiling.md tells more.
+# ... mine.py ARGS). A run makes RESULTS/KIND/<UTC time>-<pid> (RESULTS: profiling_results;
+# KIND: profile, trace, intra, intra-trace or ab), or --output DIR, a new folder. --rev REV
+# (a revision, or a copy of the tree) or --base-script FILE: the script now against its
+# base; --compare: two runs (PYTHON compares). GATE: --fail-above PCT, --min-ms MS,
+# --any-device, as parse_hatchet.py takes them. docs/profiling.md tells more.
 # Exit status: 0 summarised (compared: no regression); the command's own when it fails;
 # 1 no capture; parse_hatchet.py's own when it fails (1: a capture or rank not read) or
 # finds a regression past --fail-above; 2 usage, a refused recipe, no GPU visible, an
@@ -21,7 +22,7 @@ set -euo pipefail
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 recipe=recipe.yaml results=profiling_results output='' data='' backend='' context='' hook=''
-trials='' dry_run=0 cmd=() rev='' base_script='' gate=() compare=()
+trials='' dry_run=0 cmd=() rev='' base_script='' gate=() compare=() cwd=.
 say() { local line="profile.sh: $1"; echo "${line//[[:cntrl:]]/?}"; }  # one line, as ls shows names
 die() { say "error: $2" >&2; exit "$1"; }
 
@@ -123,7 +124,8 @@ mode=${o[0]} backend=${o[1]} context=${o[2]} data=${o[3]} hook=${o[4]} proton_mo
 trials=${trials:-${o[6]}}
 kind=profile ext=hatchet
 [[ $data == tree ]] || kind=trace ext=chrome_trace
-[[ $backend != instrumentation ]] || kind=${kind/#profile/intra} kind=${kind/#trace/intra-trace}
+[[ $backend != instrumentation ]] || kind=${kind/#profile/intra}
+[[ $backend != instrumentation ]] || kind=${kind/#trace/intra-trace}
 ((!ab)) || kind=ab
 runs=$results/$kind
 out=${output:-$runs/$stamp}
@@ -175,7 +177,7 @@ if ((ab)); then
   fi
 fi
 rounds() {  # each trial K of each side, base first in odd rounds: printed or run
-  local k side
+  local k side sides dir cwd words command found
   for ((k = 1; k <= trials; k++)); do
     if ((!ab)); then sides=(''); elif ((k % 2)); then sides=(base now); else sides=(now base); fi
     for side in "${sides[@]}"; do

@@ -288,7 +288,7 @@ def ordered(rows: object) -> list:
 def picked(d: dict, keep: callable) -> list:
     """The rows that keep, the largest change first, the GPU time last."""
     rows = ordered(r for r in d["kernels"] + d["callsites"] if keep(r))
-    return rows + [d["total"]] if keep(d["total"]) else rows
+    return (rows + [d["total"]]) if keep(d["total"]) else rows
 
 
 def shown(before: dict | None, after: dict | None) -> dict:
@@ -360,8 +360,8 @@ def unfit(base: list) -> str | None:
 def story(d: dict, gate: Gate) -> str:
     """The first line: the largest regression, else the judged change that adds or removes
     the most ms, else that none changed; the rows left inconclusive; the caveats."""
-    pct, regressions = gate.fail_above, picked(d, itemgetter("regression"))
-    if regressions:
+    pct = gate.fail_above
+    if regressions := picked(d, itemgetter("regression")):
         more = f" ({len(regressions)} regressions)" if len(regressions) > 1 else ""
         lead = f"{said(regressions[0])}: past --fail-above {pct:g}{more}"
     elif changed := picked(d, changes):

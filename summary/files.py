@@ -160,7 +160,9 @@ def load(path: Path) -> object:
     if path.name.removesuffix(".gz").endswith("msgpack"):
         try:
             return msgspec.msgpack.decode(data)
-        except (msgspec.DecodeError, RecursionError) as e:  # a tree deeper than msgspec goes
+        except RecursionError:  # the JSON decoders below have a deep mode; msgspec has none
+            raise ValueError("nested deeper than msgspec decodes: capture it as .hatchet") from None
+        except msgspec.DecodeError as e:
             raise ValueError(f"not valid MessagePack: {' '.join(str(e).split())[:200]}") from None
     try:
         return msgspec.json.decode(data)

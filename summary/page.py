@@ -17,7 +17,6 @@ import plotly.io as pio
 from plotly.colors import make_colorscale, sequential
 
 from summary.compare import autotuned, failures, outcome
-from summary.files import write_output
 from summary.views import launch_bound, rank_notes
 
 AORTA_KEYS = "proton_kernel_count proton_gpu_time_ms proton_top_kernel_ms proton_top_kernels "
@@ -30,12 +29,16 @@ ROW_PX, MARGIN_PX = 26, 110
 MARGIN = {"t": 30, "r": 10, "b": 50}  # plotly's, in pixels, for every figure
 BLUE, PALE, ORANGE, GREEN, GREY = "#1f77b4", "#aec7e8", "#ff7f0e", "#2ca02c", "#8c8c8c"
 RIGHT = {"xaxis": "x2", "hoverinfo": "x+name"}  # percent-of-peak bars, on the kernels' rows
-PANELS = {"share of GPU time": [0.0, 0.679], "% of peak GB/s": [0.709, 1.0]}  # the kernels'
+# The kernels' two panels, side by side 0.03 of the width apart: each one's x domain.
+PANELS = {"share of GPU time": [0.0, 0.679], "% of peak GB/s": [0.709, 1.0]}
 TITLE = {"y": 1.0, "xref": "paper", "yref": "paper", "xanchor": "center", "yanchor": "bottom"}
 TITLE.update(showarrow=False, font={"size": 16})  # a panel's, above it
-ONE = {"type": "line", "x0": 1, "x1": 1, "xref": "x", "y0": 0, "y1": 1, "yref": "y domain"}
-ONE["line"] = {"color": GREY, "dash": "dot"}  # a ratio of 1, dotted across the rows
-BLUES = make_colorscale(sequential.Blues)  # ColorBrewer's, which plotly.js does not name
+RATIO_1 = {"type": "line", "x0": 1, "x1": 1, "xref": "x", "y0": 0, "y1": 1, "yref": "y domain"}
+RATIO_1["line"] = {"color": GREY, "dash": "dot"}  # a ratio of 1, dotted across the rows
+# plotly writes figures with orjson where it is installed, which refuses a lone surrogate (a
+# name from a path that is not UTF-8); the standard library's json escapes it.
+pio.json.config.default_engine = "json"
+BLUES = make_colorscale(sequential.Blues)  # ColorBrewer's: plotly.js's own "Blues" differs
 DIAMOND = {"symbol": "diamond", "size": 13, "line": {"width": 1, "color": "#333"}}
 CONFIG = {"displayModeBar": False, "responsive": True}  # plotly's, for every figure
 VERDICT_COLOURS = {"slower": "#d62728", "faster": GREEN, "same": GREY, "inconclusive": ORANGE}
@@ -86,7 +89,7 @@ def rows_axis(labels: list[str]) -> dict:
     return {"autorange": "reversed", **ticks}
 
 
-def figure(data: list[dict], px: int, yaxis: dict | None = None, **layout: object) -> dict:
+def figure(data: list[dict], px: int, *, yaxis: dict | None = None, **layout: object) -> dict:
     """plotly's figure of the traces data, px high, its y axis as wide as its labels need."""
     yaxis = {**(yaxis or {}), "automargin": True}
     return {"data": data, "layout": {"height": px, "margin": MARGIN, "yaxis": yaxis, **layout}}
@@ -168,9 +171,10 @@ def kernels(summary: dict) -> Figure | None:
         bar(tuning, base=own, **tuner),  # from where the others end; its words at the total
         *right,
     ]
-    layout = {"barmode": "overlay", "bargap": 0.3, "showlegend": any(tuning) or len(right) > 1}
+    layout = {"barmode": "overlay", "bargap": 0.3, "legend": {"orientation": "h"}}
+    layout["showlegend"] = any(tuning) or len(right) > 1
     labels = rows_axis([cut(k.get("readable_name", k["name"])) for k in shown])
-    fig = figure(data, height(len(shown)), labels, legend={"orientation": "h"}, **layout, **axes)
+    fig = figure(data, height(len(shown)), yaxis=labels, **layout, **axes)
     caption = ["GB/s and % of peak where Proton's launch hook counted bytes (HOOK=triton)."]
     return Figure("kernels", "Kernels", caption + more(rows, len(shown), "kernels"), fig)
 
@@ -252,14 +256,11 @@ def callsites(summary: dict) -> Figure | None:
     return Figure("callsites", "Call sites (icicle of the folded stacks)", caption, fig)
 
 
-def ranked(entry: dict) -> str:
-    return f"rank {entry['rank']}: " if "rank" in entry else ""
-
-
 def site_label(entry: dict) -> str:
     """A timeline entry as a row's label: its rank, its two innermost frames."""
+    rank = f"rank {entry['rank']}: " if "rank" in entry else ""
     sites = " > ".join(frames(entry["callsite"])[-2:]) if entry["callsite"] else "(no frame)"
-    return cut(ranked(entry) + sites)
+    return cut(rank + sites)
 
 
 def timeline(summary: dict) -> Figure | None:
@@ -283,7 +284,7 @@ def timeline(summary: dict) -> Figure | None:
         "hovertemplate": "%{y}<br>at %{x:.1f}% of its span: busy %{z:.0%}<extra></extra>",
     }
     span = {"title": {"text": "% of the call site's span"}}
-    fig = figure([strip], height(len(shown)), {"autorange": "reversed"}, xaxis=span)
+    fig = figure([strip], height(len(shown)), yaxis={"autorange": "reversed"}, xaxis=span)
     idle = [e.get("median_idle_us") for e in shown]
     caption = [
         f"{site_label(e)}: {e['launches']} launches over {e['span_ms']:.3f} ms, busy "
@@ -304,7 +305,7 @@ def ranks(summary: dict) -> Figure | None:
     x, y = [f"rank {r['rank']}" for r in rows], [r["gpu_time_ms"] for r in rows]
     words = [f"{r.get('kernel_count')} launches" for r in rows]
     bars = {"type": "bar", "x": x, "y": y, "text": words}
-    fig = figure([bars], 320, {"title": {"text": "GPU ms"}})
+    fig = figure([bars], 320, yaxis={"title": {"text": "GPU ms"}})
     return Figure("ranks", "Ranks", rank_notes(summary) + more(every, MOST, "ranks"), fig)
 
 
@@ -315,7 +316,7 @@ def scopes(summary: dict) -> Figure | None:
         return None
     shares = bar([s["share"] for s in shown], text=[f"{s['cycles']:.3g} cycles" for s in shown])
     labels = rows_axis([cut(f"{s['kernel']}: {s['scope']}") for s in shown])
-    fig = figure([shares], height(len(shown)), labels, xaxis={"tickformat": ".0%"})
+    fig = figure([shares], height(len(shown)), yaxis=labels, xaxis={"tickformat": ".0%"})
     caption = [
         text(
             f"{s['kernel']}: {s['launches']} launches over {s['sms']} SMs, CTAs per SM per "
@@ -367,7 +368,7 @@ def compared(summary: dict) -> Figure | None:
         data += points(at, row.get("times_ms"), row.get("base_ms"), base=False)
         data += [judged(at, row)] if row.get("ratio") is not None else []
     xaxis = {"title": {"text": "time over the base's mean"}}
-    fig = figure(data, height(len(rows)), rows_axis(labels), xaxis=xaxis, shapes=[ONE])
+    fig = figure(data, height(len(rows)), yaxis=rows_axis(labels), xaxis=xaxis, shapes=[RATIO_1])
     caption = [
         "Diamonds: now over the base, with the interval it was judged by; points: each "
         "trial's time, open the base's, filled now's (where the summary records them)."
@@ -388,7 +389,7 @@ def trials(summary: dict) -> Figure | None:
         data += points(at, times, k["mean_ms"], base=False)
     labels = [f"{cut(names.get(k['name'], k['name']))}, cv {k['cv'] or 0:.1%}" for k in rows]
     xaxis = {"title": {"text": "time over the kernel's mean"}}
-    fig = figure(data, height(len(rows)), rows_axis(labels), xaxis=xaxis, shapes=[ONE])
+    fig = figure(data, height(len(rows)), yaxis=rows_axis(labels), xaxis=xaxis, shapes=[RATIO_1])
     return Figure("trials", f"Trials: each kernel's time in each of {runs['n']}", [], fig)
 
 
@@ -397,19 +398,14 @@ VIEWS = (kernels, callsites, compared, trials, timeline, ranks, scopes)
 
 def page(summary: dict) -> str:
     """The page of summary, one HTML document with plotly's JavaScript inline, once."""
-    parts, drawn = top(summary), filter(None, (view(summary) for view in VIEWS))  # None: no key
+    parts = top(summary)
+    drawn = filter(None, (view(summary) for view in VIEWS))  # a view without its key: None
     for i, (key, heading, caption, fig) in enumerate(drawn):
         parts += [f"<h2>{heading}</h2>", *(f'<p class="caption">{line}</p>' for line in caption)]
-        once = {"include_plotlyjs": i == 0, "full_html": False, "div_id": key, "validate": False}
-        parts.append(pio.to_html(fig, CONFIG, **once))
+        options = {"include_plotlyjs": i == 0, "full_html": False, "div_id": key}
+        parts.append(pio.to_html(fig, CONFIG, validate=False, **options))
     title = html.escape(f"Proton summary: {summary.get('proton_artifact_dir', '')}")
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
         f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
     )
-
-
-def write(path: str, summary: dict, inputs: set = frozenset()) -> None:
-    """Writes the page of summary to path as every output is written: never over an
-    input, a regular file replaced atomically."""
-    write_output(path, page(summary), inputs)

@@ -90,7 +90,7 @@ def first_ms(metrics: dict, times: list) -> float | None:
 
 @dataclass
 class Kernel:
-    """Launches summed: of one kernel, or of one kernel at one call site."""
+    """Launches summed: of one kernel, of one kernel at one call site, or of one file read."""
 
     ms: float = 0.0
     launches: int | None = 0  # None: a count was unreadable

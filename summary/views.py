@@ -247,7 +247,8 @@ def ranks_table(summary: dict, top: int) -> list:
             at = f" {first / 1e6:9.3f} {last / 1e6:9.3f}"
         files = ", ".join(f.rsplit("/", 1)[-1] for f in r["files"])
         lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}{at}  {files}")
-    return lines + rank_notes(summary)
+    clock = ["first and last ms: a rank's first kernel start and last end, from the earliest"]
+    return lines + rank_notes(summary) + (clock if skew else [])
 
 
 def rank_notes(summary: dict) -> list:

@@ -223,6 +223,18 @@ def test_the_page_of_a_trace_of_200_call_sites_and_200000_launches_is_at_most_10
     assert (tmp_path / "p.html").stat().st_size <= 10 * 2**20
 
 
+def test_a_name_with_a_lone_surrogate_is_drawn(tmp_path):
+    # A frame's path that is not UTF-8 reaches Python as lone surrogates (orjson, plotly's
+    # engine where installed, refuses them).
+    tree = [{"frame": {"name": "ROOT"}, "metrics": {}, "children": []}]
+    tree[0]["children"].append({"frame": {"name": "k\udc80"}, "metrics": {"time (ns)": 10}})
+    path = tmp_path / "t.hatchet"
+    path.write_text(json.dumps(tree))
+    p = run(sys.executable, ROOT / "parse_hatchet.py", path, "--html", tmp_path / "p.html")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    assert "k\\udc80" in (tmp_path / "p.html").read_text()
+
+
 def test_a_page_draws_at_most_its_largest_call_sites_and_ranks_and_counts_the_rest(tmp_path):
     summary = summarized(tmp_path, HOOK)
     site = summary["proton_callsites"][0]

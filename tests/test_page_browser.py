@@ -71,7 +71,7 @@ def test_the_page_of_a_real_run_is_drawn_offline_with_no_error(browser, tmp_path
     from PIL import Image
 
     summary = summarized(tmp_path, *args)
-    page.write(str(tmp_path / "report.html"), summary)
+    (tmp_path / "report.html").write_text(page.page(summary))
     browser.get_log("browser"), browser.get_log("performance")  # another page's, dropped
     opened(browser, tmp_path / "report.html")
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
