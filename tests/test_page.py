@@ -34,9 +34,14 @@ def summarized(tmp_path, *args):
     assert ph.main([*map(str, args), "-o", str(out)]) in (0, 3)
     summary = json.loads(out.read_text())
     if "headline" not in summary:
-        table = run(sys.executable, ROOT / "parse_hatchet.py", *args, "--table")
+        table = cli(*args, "--table")
         summary["headline"] = table.stdout.splitlines()[0]
     return summary
+
+
+def cli(*args):
+    """parse_hatchet.py ARGS, as a user runs it."""
+    return run(sys.executable, ROOT / "parse_hatchet.py", *args)
 
 
 def figure_data(html: str, key: str) -> list:
@@ -47,9 +52,7 @@ def figure_data(html: str, key: str) -> list:
 
 
 def test_html_writes_the_page_beside_the_json_and_fetches_nothing(tmp_path):
-    p = run(
-        sys.executable,
-        ROOT / "parse_hatchet.py",
+    p = cli(
         HOOK,
         "-o",
         tmp_path / "s.json",
@@ -67,9 +70,7 @@ def test_html_writes_the_page_beside_the_json_and_fetches_nothing(tmp_path):
 
 
 def test_a_page_not_written_is_named_in_one_line_and_the_status_stays_the_summary_s(tmp_path):
-    p = run(
-        sys.executable,
-        ROOT / "parse_hatchet.py",
+    p = cli(
         HOOK,
         "-o",
         tmp_path / "s.json",
@@ -85,9 +86,7 @@ def test_a_page_not_written_is_named_in_one_line_and_the_status_stays_the_summar
 
 
 def test_the_page_never_replaces_the_json_or_an_input(tmp_path):
-    same = run(
-        sys.executable,
-        ROOT / "parse_hatchet.py",
+    same = cli(
         HOOK,
         "-o",
         tmp_path / "s.json",
@@ -97,9 +96,7 @@ def test_the_page_never_replaces_the_json_or_an_input(tmp_path):
     assert same.returncode == 2 and "name one file" in same.stderr
     copy = tmp_path / "c.hatchet"
     copy.write_bytes(HOOK.read_bytes())
-    p = run(
-        sys.executable, ROOT / "parse_hatchet.py", copy, "--html", copy, "-o", tmp_path / "s.json"
-    )
+    p = cli(copy, "--html", copy, "-o", tmp_path / "s.json")
     assert (
         p.returncode == 0
         and "no page written" in p.stderr
@@ -122,7 +119,7 @@ def test_the_headline_is_shown_verbatim_and_the_gate_in_its_words(tmp_path):
     summary = summarized(tmp_path, *args)
     html = page.page(summary)
     assert f'<h1 id="headline" class="fail">{escape(summary["headline"])}</h1>' in html
-    stderr = run(sys.executable, ROOT / "parse_hatchet.py", *args).stderr.splitlines()
+    stderr = cli(*args).stderr.splitlines()
     regressions = summary["proton_diff"]["regressions"]
     assert regressions and len(stderr) == len(regressions)  # one line each, exit 3
     gate = [f"Gate: {len(regressions)} past --fail-above 5, exit 3."]
@@ -230,7 +227,7 @@ def test_a_name_with_a_lone_surrogate_is_drawn(tmp_path):
     tree[0]["children"].append({"frame": {"name": "k\udc80"}, "metrics": {"time (ns)": 10}})
     path = tmp_path / "t.hatchet"
     path.write_text(json.dumps(tree))
-    p = run(sys.executable, ROOT / "parse_hatchet.py", path, "--html", tmp_path / "p.html")
+    p = cli(path, "--html", tmp_path / "p.html")
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     assert "k\\udc80" in (tmp_path / "p.html").read_text()
 
