@@ -149,10 +149,15 @@ def version(package: str) -> str | None:
     return next((d.version for d in found), None)
 
 
-def provenance(args: argparse.Namespace) -> dict:
+def given(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The backend and mode Proton is given; None where Proton or the script picks."""
     intra = args.backend == "instrumentation"
     mode = None if args.env else args.mode or ("default" if intra else None)
-    backend = None if args.env or args.backend == "auto" else args.backend
+    return (None if args.env or args.backend == "auto" else args.backend), mode
+
+
+def provenance(args: argparse.Namespace) -> dict:
+    backend, mode = given(args)
     asked = dict(backend_asked=args.backend or "auto", mode_asked=args.mode, run_id=args.run_id)
     versions = dict(triton=version("triton"), torch=version("torch"))
     return versions | asked | dict(backend_used=backend, mode_used=mode)
@@ -214,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         exports.update(DATA=args.data, BACKEND=args.backend, MODE=args.mode, HOOK=args.hook)
         os.environ.update({f"AORTA_PROTON_{key}": v for key, v in exports.items() if v})
         return run_script(args.script, args.args)
-    given = provenance(args)
-    backend, mode = given["backend_used"], given["mode_used"]
+    backend, mode = given(args)  # as the provenance records them
     if backend == "instrumentation":
         import triton.profiler.language as pl
 
