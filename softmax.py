@@ -2,12 +2,11 @@
 
     python softmax.py --rows 4096 --cols 1024 --iters 20
 
-softmax(x) normalises the last dimension of x, each row read once and written once: one
-program holds whole rows in registers and takes their max, exponentials, sum and quotient
-on chip, as in Triton's fused-softmax tutorial. It takes rows of up to 16384 columns;
-long_rows.py splits longer ones across programs, and softmax_op.py makes softmax a PyTorch
-op for autograd and torch.compile. With no GPU visible the kernel runs in Triton's CPU
-interpreter; under torchrun each process takes its LOCAL_RANK's GPU.
+softmax(x) normalises x's last dimension, each row read and written once: one program
+holds whole rows, takes their max, exponentials, sum and quotient on chip, and launches as
+Triton's fused-softmax tutorial (02) does. Rows of up to 16384 columns: long_rows.py splits
+longer ones, softmax_op.py makes an op for autograd and torch.compile. With no GPU it runs
+in Triton's interpreter; under torchrun each process takes its LOCAL_RANK's GPU.
 Exit status: 0 PASS, 1 FAIL, 2 bad arguments or an input too large.
 """
 
@@ -34,30 +33,28 @@ from triton.profiler.language import enter_scope, exit_scope  # noqa: E402
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
 
-# Max absolute error allowed against torch.softmax computed in float32. float32 cannot be
-# exact: the kernel adds each row in another order. The half types are compared after
-# rounding the float32 result to 11 (float16) or 8 (bfloat16) significant bits; outputs lie
-# in [0, 1], where one unit in the last place is at most 2**-11 or 2**-8.
+# Max absolute error against torch.softmax in float32, which adds in another order; in a
+# half type, one unit in the last place of outputs in [0, 1]: 2**-11 float16, 2**-8 bfloat16.
 TOLERANCE = {torch.float32: 1e-6, torch.float16: 2**-11, torch.bfloat16: 2**-8}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
-# Rows of up to MAX_FUSED_COLS columns are held whole by one program. Short rows are
-# grouped so that a program holds up to TILE_ELEMS elements, BYTES_PER_THREAD of them for
-# each thread (16 half or 8 float32 elements): swept on the H200 and the H100, fewer
-# leave too few loads in flight, more add warps or registers that wait.
+# One program holds rows of up to MAX_FUSED_COLS columns, short rows grouped up to
+# TILE_ELEMS elements, BYTES_PER_THREAD for each thread (16 half, 8 float32): swept on the
+# H200 and the H100, fewer leave too few loads in flight, more add warps or registers.
 MAX_FUSED_COLS = 16384
 TILE_ELEMS = 1024
 BYTES_PER_THREAD = 32
 # The interpreter runs each program in Python: few large programs run fastest there.
 INTERPRETER_TILE_ELEMS = 2**16
-# The interpreter cannot run Proton's scope calls. Compiled, they are nothing unless
-# Proton's instrumentation backend is on (make intra), when each records its cycles.
+# Proton's scopes: nothing unless its instrumentation is on (make intra); not interpreted.
 SCOPES = tl.constexpr(not INTERPRET)
+_interpreting = threading.Lock()  # interpreted launches take turns: see launching()
+_compiled: dict[tuple, tuple[Callable, tuple] | None] = {}  # by shape, dtype and GPU: compiled()
 
 
 def launch_metadata(grid: tuple, metadata: object, args: dict) -> dict:
-    """What Proton's launch hook (-k triton) records: a name with the shape and dtype, and
-    the bytes a softmax must move, its input read once and its output written once."""
+    """What Proton's launch hook (-k triton) records: a name with shape and dtype, and the
+    bytes moved: input read once, output written once."""
     x, rows, cols = args["in_ptr"], args["n_rows"], args["n_cols"]
     name = f"{metadata.name} [{rows}x{cols} {str(x.dtype).removeprefix('torch.')}]"
     return {"name": name, "bytes": 2 * rows * cols * x.element_size()}
@@ -91,11 +88,8 @@ def softmax_kernel(
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
     rows = rows.to(tl.int64)  # offsets of large inputs pass 2**31 elements
     scope("", "load")
-    x = tl.load(
-        in_ptr + rows[:, None] * in_row_stride + cols[None, :] * in_col_stride,
-        mask=mask,
-        other=-float("inf"),
-    ).to(tl.float32)
+    at = in_ptr + rows[:, None] * in_row_stride + cols[None, :] * in_col_stride
+    x = tl.load(at, mask=mask, other=-float("inf")).to(tl.float32)
     scope("load", "max")
     # Subtracting the row's max keeps every exp() at or below 1: no overflow.
     row_max = tl.max(x, axis=1)
@@ -105,8 +99,9 @@ def softmax_kernel(
     scope("exp_sum", "store")
     out = out_ptr + rows[:, None] * n_cols + cols[None, :]
     # Streamed (.cs: evicted first), as Liger's kernel stores, so that the output does
-    # not push out of the L2 an input that fits it: by graph replay on an H100, 4096 x
-    # 1024 float32 ran 10% faster, 4096 x 2048 16-bit rows 7-10%.
+    # not push out of the L2 an input that fits it. Without it, an interleaved make ab
+    # at 4096 x 1024 float32 on an H100 measured the kernel 1.165x slower (1.137-1.194):
+    # bench/results/ab/nvidia-h100-streamed-store.json.
     y = (num / den[:, None]).to(out_ptr.dtype.element_ty)
     tl.store(out, y, mask=mask, cache_modifier=".cs")
     scope("store", "")
@@ -123,8 +118,7 @@ class Plan(NamedTuple):
 
 @functools.cache
 def plan(n_rows: int, n_cols: int, device: int | None, itemsize: int = 2) -> Plan:
-    """The Plan for n_rows rows of n_cols itemsize-byte columns on a GPU (device: its
-    index), or in the interpreter (device: None)."""
+    """The Plan for rows of itemsize-byte columns on GPU `device`, or interpreted (None)."""
     if device is None:
         n_sms, warp_size, tile_elems = 1, 32, INTERPRETER_TILE_ELEMS
     else:
@@ -160,76 +154,65 @@ def check(x: torch.Tensor, max_cols: int = MAX_FUSED_COLS) -> None:
 
 
 def as_rows(x: torch.Tensor) -> torch.Tensor:
-    """x as a 2-D tensor of its last dimension's rows: a view of x's data where its
-    strides allow one, else a contiguous copy, as also where its column offsets would
-    pass 32 bits. A negated view (z.conj().imag) becomes the values it shows: a kernel
-    reads what is stored."""
-    rows = x.resolve_neg()
-    if rows.ndim != 2:
-        rows = rows.reshape(-1, x.shape[-1])  # a copy only where no view exists
+    """x's rows, 2-D: a view where x's strides allow one within 32-bit column offsets, else a
+    contiguous copy; a negated view (z.conj().imag) as the values it shows: what is stored."""
+    rows = x.resolve_neg().reshape(-1, x.shape[-1])  # a copy only where no view exists
     if (rows.shape[1] - 1) * rows.stride(1) >= 2**31:  # column offsets are 32-bit
         rows = rows.contiguous()
     return rows
 
 
 def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) -> None:
-    """softmax_kernel over rows (2-D) into out (contiguous, of rows' size), through
-    wrap(kernel) where given: torch.library.wrap_triton in softmax_op.py's op."""
+    """softmax_kernel over rows (2-D) into out (contiguous), through wrap(kernel) if given."""
     n_rows, n_cols = map(int, rows.shape)  # ints, also where torch.compile traces SymInts
     p = plan(n_rows, n_cols, rows.device.index, rows.element_size())
-    (softmax_kernel if wrap is None else wrap(softmax_kernel))[p.grid](
-        out_ptr=out,
-        in_ptr=rows,
-        n_rows=n_rows,
-        n_cols=n_cols,
-        in_row_stride=rows.stride(0),
-        in_col_stride=rows.stride(1),
-        BLOCK_M=p.block_m,
-        BLOCK_N=p.block_n,
-        num_warps=p.num_warps,
-    )
-
-
-_interpreting = threading.Lock()
+    kernel = softmax_kernel if wrap is None else wrap(softmax_kernel)
+    strides = rows.stride()
+    kernel[p.grid](out, rows, n_rows, n_cols, *strides, p.block_m, p.block_n, num_warps=p.num_warps)
 
 
 def launching(x: torch.Tensor) -> contextlib.AbstractContextManager:
-    """Where x's kernels launch: on x's GPU, as Triton launches on the current one (no
-    switch where x is on it already); in the interpreter one at a time, as it patches
-    triton.language while a kernel runs."""
-    if INTERPRET:
-        return _interpreting
-    if x.get_device() == torch.cuda.current_device():
-        return contextlib.nullcontext()
-    return torch.cuda.device(x.device)
+    """Where x's kernels launch: on x's GPU; interpreted, one at a time (each patches tl)."""
+    return _interpreting if INTERPRET else torch.cuda.device(x.device)
+
+
+def compiled(x: torch.Tensor) -> tuple[Callable, tuple] | None:
+    """softmax_kernel compiled once (warmup) for contiguous 16-byte aligned rows of x's shape
+    and dtype on the current GPU: compiled[grid] and the arguments after out_ptr, in_ptr.
+    None where softmax() refuses x, or where this Triton's compiled launch is not one known
+    to take all the kernel's arguments in order, as the tutorial passes them (3.3 to 3.9)."""
+    key = (x.shape, x.dtype, x.get_device())
+    if key not in _compiled and x.numel():  # an empty x launches nothing
+        _compiled[key] = None
+        with contextlib.suppress(ValueError):  # where check(x) refuses x
+            check(x)
+            n_rows, n_cols = x.numel() // x.shape[-1], x.shape[-1]
+            p = plan(n_rows, n_cols, key[2], x.element_size())
+            args = (n_rows, n_cols, n_cols, 1, p.block_m, p.block_n)
+            kernel = softmax_kernel.warmup(x, x, *args, num_warps=p.num_warps, grid=p.grid)
+            if (3, 3) <= tuple(map(int, triton.__version__.split(".")[:2])) < (3, 10):
+                _compiled[key] = kernel[(*p.grid, 1, 1)], args
+    return _compiled.get(key)
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dimension of a float32, float16 or bfloat16 tensor of any
-    rank and strides, rows of up to MAX_FUSED_COLS columns, computed in float32: a new
-    contiguous tensor of x's shape and dtype."""
-    # What a model passes, a contiguous tensor on the current GPU, is its own rows: it
-    # needs no other check, no view and no device switch, which together cost as much as
-    # Triton's launch. Each test here costs about 0.1 us; positional arguments bind faster.
+    """Softmax over the last dimension of a float32, float16 or bfloat16 tensor of any rank
+    and strides, rows of up to MAX_FUSED_COLS, in float32: a new contiguous tensor like x."""
+    # What a model passes, a contiguous tensor on the current GPU, launches as the tutorial
+    # does: compiled once, no argument bound, as kernel[grid] binds each at each call.
     if (
-        not INTERPRET
+        not INTERPRET  # which has no compiled kernel
         and type(x) is torch.Tensor  # no subclass
-        and x.dtype in TOLERANCE
-        and x.layout == torch.strided
         and not x.is_nested
-        and x.is_contiguous()
+        and x.is_contiguous()  # its own rows, columns 1 apart; a sparse tensor is not
         and not x.is_neg()
-        and 0 < (numel := x.numel()) < 2**31  # fewer rows than check() allows, too
-        and x.ndim > 0
-        and (n_cols := x.shape[-1]) <= MAX_FUSED_COLS
-        and (device := x.get_device()) == torch.cuda.current_device()
+        and x.data_ptr() % 16 == 0  # as aligned as the tensors it was compiled for
+        and x.get_device() == torch.cuda.current_device()
+        and (tutorial := compiled(x))
     ):
-        n_rows = numel // n_cols
-        p = plan(n_rows, n_cols, device, x.element_size())
+        run, args = tutorial
         out = torch.empty_like(x)
-        softmax_kernel[p.grid](
-            out, x, n_rows, n_cols, n_cols, 1, p.block_m, p.block_n, num_warps=p.num_warps
-        )
+        run(out, x, *args)
         return out
     check(x)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -239,10 +222,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-# --- The check: one launch against torch.softmax, then the timed ones. ---
-
-
-class _Parser(argparse.ArgumentParser):
+class _Parser(argparse.ArgumentParser):  # for the check: one launch, then the timed ones
     def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage
         message = message[:150] if message[:150].isprintable() else repr(message[:150])[1:-1]
         print(f"softmax: error: {message}", file=sys.stderr)
@@ -251,26 +231,16 @@ class _Parser(argparse.ArgumentParser):
 
 def free_bytes() -> int:
     """Memory free where the input goes: the host's in the interpreter, else the GPU's."""
-    if INTERPRET:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    return torch.cuda.mem_get_info()[0]
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return host if INTERPRET else torch.cuda.mem_get_info()[0]
 
 
 def too_large(rows: int, cols: int, dtype: torch.dtype, floats: int = 3) -> str | None:
-    """Why rows x cols of dtype do not fit, with `floats` float32 copies beside the input
-    and output and 128 bytes a row (long_rows.py's slots), or None: refused up front."""
+    """Why rows x cols of dtype, `floats` float32 copies and 128 B a row do not fit, or None."""
     need, free = rows * (cols * (2 * dtype.itemsize + 4 * floats) + 128), free_bytes()
-    if need <= free:
-        return None
-    name = str(dtype).removeprefix("torch.")
-    return (
-        f"{rows} x {cols} {name} needs about {need / 2**30:.1f} GiB, more than the "
-        f"{free / 2**30:.1f} GiB free on {DEVICE}"
-    )
-
-
-# What a launcher tells each process, and the value when there is none.
-RANK_VARS = (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"))
+    name, more = str(dtype).removeprefix("torch."), f"more than the {free / 2**30:.1f} GiB"
+    why = f"{rows} x {cols} {name} needs about {need / 2**30:.1f} GiB, {more} free on {DEVICE}"
+    return None if need <= free else why
 
 
 def arguments(argv: list[str] | None, max_cols: int) -> tuple[argparse.Namespace, list[int]]:
@@ -285,21 +255,16 @@ def arguments(argv: list[str] | None, max_cols: int) -> tuple[argparse.Namespace
     for name, (_, low, high) in bounds.items():
         if not low <= (value := getattr(args, name)) < high:
             parser.error(f"argument --{name}: must be in [{low}, {high}), got {value}")
-    if args.cols > max_cols:
-        parser.error(
-            f"rows of more than {max_cols} columns: python long_rows.py --cols {args.cols}"
-        )
-    ranks = [os.environ.get(name, default) for name, default in RANK_VARS]
+    if (cols := args.cols) > max_cols:
+        parser.error(f"rows of more than {max_cols} columns: python long_rows.py --cols {cols}")
+    names = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # a launcher's; with none, 0, 0 and 1
+    ranks = [os.environ.get(name, "1" if name == "WORLD_SIZE" else "0") for name in names]
     if not all(r.isascii() and r.isdigit() and len(r) < 10 for r in ranks) or ranks[2] == "0":
         parser.error("RANK, LOCAL_RANK, WORLD_SIZE must be whole numbers, WORLD_SIZE > 0")
     return args, [int(r) for r in ranks]
 
 
-def main(
-    argv: list[str] | None = None,
-    run: Callable[[torch.Tensor], torch.Tensor] = softmax,
-    max_cols: int = MAX_FUSED_COLS,
-) -> int:
+def main(argv: list | None = None, run: Callable = softmax, max_cols: int = MAX_FUSED_COLS) -> int:
     """The check of run (softmax, or a caller's) on rows of up to max_cols columns."""
     args, (rank, local_rank, world) = arguments(argv, max_cols)
     tag = f"softmax[rank {rank}]" if world > 1 else "softmax"  # several ranks told apart

@@ -156,16 +156,20 @@ def test_concurrent_calls_all_get_their_own_result():
 
 # The plan and the launch as a GPU makes them, on CPU: a recorder stands in for the kernel.
 
+ARG_NAMES = sm.softmax_kernel.arg_names  # softmax.py passes its kernel's arguments in order
+INTERPRETED = sm.softmax_kernel
+
 
 class Recorder:
-    """Stands in for a @triton.jit kernel: kernel[grid](**args) records grid and args,
-    and launches `kernel` with them where one is given."""
+    """Stands in for a @triton.jit kernel: kernel[grid](*args, **kwargs) records grid and
+    the arguments by name, and launches `kernel` with them where one is given."""
 
     def __init__(self, kernel=None):
         self.kernel, self.launches = kernel, []
 
     def __getitem__(self, grid):
-        def launch(**args):
+        def launch(*args, **kwargs):
+            args = {**dict(zip(ARG_NAMES, args, strict=False)), **kwargs}
             self.launches.append((grid, args))
             if self.kernel is not None:
                 self.kernel[grid](**args)
@@ -228,6 +232,175 @@ def test_the_launch_passes_the_plan_and_the_rows_strides(monkeypatch):
         BLOCK_N=512,
         num_warps=4,  # 8 float32 elements a thread
     )
+
+
+# The launch of what a model passes, as Triton's tutorial 02 launches: the kernel compiled
+# once (warmup), then compiled[grid](all its arguments in order). The interpreter compiles
+# nothing: a fake compiles, and launches the interpreted kernel.
+
+
+class Tutorial(Recorder):
+    """softmax_kernel on a GPU: kernel[grid](...), the general path, is recorded in
+    launches; warmup(...) compiles, recorded in warmups, a Compiled, whose launches
+    compiled[grid](*args) are recorded in compiled_launches. Each runs the interpreted
+    kernel."""
+
+    def __init__(self):
+        super().__init__(INTERPRETED)
+        self.warmups, self.compiled_launches = [], []
+
+    def warmup(self, *args, grid, num_warps):
+        self.warmups.append((args, grid, num_warps))
+        return Compiled(self, args)
+
+
+class Compiled:
+    """Stands in for a CompiledKernel: compiled[grid](*args) records itself, grid and args
+    in its owner's compiled_launches, then runs the interpreted kernel."""
+
+    def __init__(self, owner, warmed):
+        self.owner, self.warmed = owner, warmed
+
+    def __getitem__(self, grid):
+        def run(*args):
+            assert len(grid) == 3 and len(args) == len(ARG_NAMES)  # as the tutorial passes
+            self.owner.compiled_launches.append((self, grid, args))
+            INTERPRETED[grid[:1]](*args)
+
+        return run
+
+
+@pytest.fixture
+def on_gpu(monkeypatch):
+    """softmax() as on GPU -1 (a CPU tensor's get_device()), the current one, of 132 SMs:
+    its kernel a Tutorial, no kernel compiled yet."""
+    tutorial = Tutorial()
+    monkeypatch.setattr(sm, "INTERPRET", False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: -1)
+    monkeypatch.setattr(sm, "softmax_kernel", tutorial)
+    monkeypatch.setattr(sm, "_compiled", {})
+    monkeypatch.setattr(sm, "launching", lambda x: sm._interpreting)
+    gpu(monkeypatch, sms=132)
+    return tutorial
+
+
+def test_a_contiguous_input_launches_compiled_once_as_the_tutorial_does(on_gpu):
+    x = randn(64, 500)
+    for _ in range(3):
+        check(x)
+    ((args, grid, warps),) = on_gpu.warmups  # compiled once, for x's shape and dtype
+    assert args[0].dtype == args[1].dtype == torch.float32
+    assert args[2:] == (64, 500, 500, 1, 1, 512) and grid == (64,) and warps == 2
+    assert on_gpu.launches == [] and len(on_gpu.compiled_launches) == 3
+    for compiled, grid, args in on_gpu.compiled_launches:
+        assert grid == (64, 1, 1) and args[1] is x and args[2:] == compiled.warmed[2:]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: randn(64, 600)[:, :500],  # strides: a row stride of 600
+        lambda: randn(1, 64 * 500 + 1)[0, 1:].view(64, 500),  # 4 bytes past 16-byte alignment
+        lambda: torch.nn.Parameter(randn(64, 500), requires_grad=False),  # a subclass
+        lambda: torch._neg_view(randn(64, 500)),  # stores the values negated
+        lambda: randn(64, 0),  # nothing to launch
+    ],
+    ids=["strided", "misaligned", "subclass", "negated", "empty"],
+)
+def test_what_the_kernel_was_not_compiled_for_takes_the_general_path(on_gpu, make):
+    x = make()
+    check(x)
+    assert on_gpu.warmups == [] and on_gpu.compiled_launches == []
+    assert len(on_gpu.launches) == (1 if x.numel() else 0)
+
+
+def test_another_gpu_takes_the_general_path(on_gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)  # x is not on it
+    check(randn(64, 500))
+    assert on_gpu.warmups == [] and len(on_gpu.launches) == 1
+
+
+def test_each_dtype_and_shape_gets_a_kernel_compiled_for_it(on_gpu):
+    half, brain = randn(64, 500, torch.float16), randn(64, 500, torch.bfloat16)
+    for x in (half, brain, randn(32, 500, torch.float16), half):
+        check(x)
+    made = [(args[0].dtype, args[2]) for args, _, _ in on_gpu.warmups]
+    assert made == [(torch.float16, 64), (torch.bfloat16, 64), (torch.float16, 32)]
+    launched = [
+        (c.warmed[0].dtype, args[1].dtype, args[2]) for c, _, args in on_gpu.compiled_launches
+    ]
+    assert all(made == given for made, given, _ in launched)  # each with its own kernel
+    assert [rows for _, _, rows in launched] == [64, 64, 32, 64]
+
+
+@pytest.mark.parametrize("version", ["3.2.0", "3.10.0", "4.0.0+git1234"])
+def test_a_triton_whose_compiled_launch_may_differ_takes_the_general_path(
+    on_gpu, monkeypatch, version
+):
+    # Before 3.3 a compiled kernel's launch took no constexprs, and one after 3.9 is
+    # unknown: such a kernel is not launched compiled, nor compiled again.
+    monkeypatch.setattr(sm.triton, "__version__", version)
+    x = randn(64, 500)
+    check(x)
+    check(x)
+    assert len(on_gpu.warmups) == 1 and on_gpu.compiled_launches == []
+    assert len(on_gpu.launches) == 2
+
+
+@pytest.mark.parametrize("version", ["3.3.0", "3.6.0", "3.9.1+gitabcdef"])
+def test_a_triton_whose_compiled_launch_is_known_launches_it(on_gpu, monkeypatch, version):
+    monkeypatch.setattr(sm.triton, "__version__", version)
+    check(randn(64, 500))
+    assert len(on_gpu.compiled_launches) == 1 and on_gpu.launches == []
+
+
+def test_refused_inputs_are_refused_as_before(on_gpu):
+    with pytest.raises(ValueError, match="got .*float64"):
+        sm.softmax(torch.zeros(4, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="longer than one program holds"):
+        sm.softmax(torch.zeros(1, sm.MAX_FUSED_COLS + 1))
+    assert on_gpu.warmups == [] and on_gpu.launches == []
+
+
+def test_the_interpreter_takes_the_general_path(monkeypatch):
+    monkeypatch.setattr(sm, "softmax_kernel", Tutorial())
+    check(randn(64, 500))
+    assert sm.softmax_kernel.warmups == [] and len(sm.softmax_kernel.launches) == 1
+
+
+def test_a_compiled_launch_calls_proton_s_hook_with_the_launch_metadata(monkeypatch):
+    # Proton's launch hook (make profile HOOK=triton) is Triton's launch_enter_hook, which
+    # this Triton's CompiledKernel launch passes to its launcher with the launch_metadata
+    # of the arguments named in order: a compiled launch is recorded as kernel[grid]'s is.
+    from triton import knobs  # after softmax: it picks the interpreter before Triton loads
+    from triton.compiler.compiler import ASTSource, CompiledKernel
+
+    fn = SimpleNamespace(__name__="softmax_kernel", arg_names=ARG_NAMES)
+    fn.launch_metadata = sm.launch_metadata
+    recorded = []
+
+    def launcher(gx, gy, gz, stream, function, packed, metadata, enter, exit_, *args):
+        enter(metadata)  # what the C launcher does before it launches
+
+    kernel = object.__new__(CompiledKernel)
+    kernel.__dict__.update(
+        module=object(),
+        _module_pid=None,
+        function=None,
+        name="softmax_kernel",
+        metadata=SimpleNamespace(name="softmax_kernel"),
+        packed_metadata=None,
+        src=ASTSource(fn, dict.fromkeys(ARG_NAMES, "i32")),
+        run=launcher,  # where run is an attribute (Triton 3.6)
+        _run=launcher,  # where run is a property (3.9)
+    )
+    hook = lambda metadata: recorded.append(metadata.get())  # noqa: E731 - as Proton's
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", hook)
+    x = randn(4, 64)
+    kernel[(4, 1, 1)](torch.empty_like(x), x, 4, 64, 64, 1, 1, 64, stream=0)
+    ((metadata,),) = [recorded]
+    assert metadata["name"] == "softmax_kernel [4x64 float32]"
+    assert metadata["bytes"] == 2 * 4 * 64 * 4
 
 
 def test_launch_metadata_names_the_shape_and_the_bytes_moved():
