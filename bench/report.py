@@ -30,6 +30,24 @@ PAGE = ROOT / "docs" / "performance.md"
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 POINTS = ("rows", "logits", "backward", "host", "profiling")  # a whole run's subsets
 SAME = ("device", "l2_bytes", "torch", "triton", "rounds", "loop_calls", "host_calls")
+# What the report reads of each point, and of a part each subset's run brings.
+POINT_KEYS = ("dtype", "rows", "cols", "path", "device_us", "loop_us")
+BRINGS = {"backward": "backward", "host": "host", "profiling": "profiling"}
+# The host table's rows: each call as its caller writes it.
+HOST_CALLS = {
+    "softmax.py": "softmax.py's `softmax()`",
+    "torch.softmax": "`torch.softmax`",
+    "torch.compile": "`torch.compile` (Inductor)",
+    "liger": "Liger",
+    "copy": "a copy kernel's `kernel[grid](...)`",
+    "kernel[grid]": "`softmax_kernel[grid](...)` alone: the general path's launch",
+    "compiled[grid]": "`compiled[grid](...)` alone: `softmax()`'s launch",
+    "softmax_op.softmax": "`softmax_op.softmax`, no autograd",
+    "softmax_op.softmax, requires_grad": "`softmax_op.softmax` of a tensor that `requires_grad`",
+    "op": "the op `softmax_op.softmax_op`, called directly",
+    "empty op": "a `triton_op` that launches nothing",
+    "empty_like": "`torch.empty_like` alone",
+}
 
 
 def slug(device):
@@ -61,6 +79,11 @@ def progress_line(p):
 
 def cell(values, name, fmt="{:.1f}"):
     return fmt.format(values[name]) if name in values else "-"
+
+
+def named(p):
+    """A point as the tables name it: its dtype, rows and columns."""
+    return f"{p['dtype']} {p['rows']} x {p['cols']}"
 
 
 def points(results, kind):
@@ -139,21 +162,7 @@ def section(results, json_path):
     rel = Path(os.path.relpath(json_path, PAGE.parent))
     shown = json_path.relative_to(ROOT) if json_path.is_relative_to(ROOT) else json_path
     stem = rel.with_suffix("")
-    host, prof = results["host_us"], results["profiling"]
-    refused = sorted(
-        {
-            f"{c} ({p['cols']} columns{', wrong' if n.startswith('wrong') else ''})"
-            for p in results["points"]
-            for c, n in p.get("notes", {}).items()
-        }
-    )
-    hosts = [
-        c for c in [*CANDIDATES, "kernel[grid]", "compiled[grid]", "op", "empty op"] if c in host
-    ]
-    host_row = " | ".join(f"{host[c]:.1f}" for c in hosts)
-    vs_torch = results.get("host_vs_torch", {})
-    host_rounds = results.get("host_rounds", results["rounds"])
-    ratio_row = " | ".join(f"{vs_torch[c]:.2f}x" if c in vs_torch else "-" for c in hosts)
+    prof = results["profiling"]
     plots = " ".join(
         f"![{d}]({stem}-{d}.png)"
         for d in dict.fromkeys(p["dtype"] for p in points(results, "rows"))
@@ -178,27 +187,13 @@ must move: the input read once and the output written once.
   and the rate can pass the memory's own peak (4.8 TB/s on an H200).
 
 {table(results)}{logits_part(results, stem)}
-Host cost per call on a 4 x 64 input (loop time, the GPU waiting on the host), us, in
-{host_rounds} interleaved rounds; the ratios to torch.softmax are taken within each round
-(the host's speed drifts between rounds), then their median kept:
-
-| | {" | ".join(hosts)} |
-| --- | {" | ".join("---:" for c in hosts)} |
-| us | {host_row} |
-| vs torch.softmax | {ratio_row} |
-
-(softmax.py checks its input, allocates each call's output, as torch.softmax does, and
-launches through Triton's plain `kernel[grid](...)` on the input's device; kernel[grid]
-is that allocation and launch alone, without the checks and the device switch;
-compiled[grid] launches the kernel compiled ahead (`warmup`), binding no arguments: the
-least host cost a Triton launch can have.)
-
+{host_part(results)}{backward_part(results)}
 Profiling's cost at the default shape, whole processes (start-up, compilation and the
 check included): `make profile` took {prof["profile_wall_s"]:.1f} s against
 {prof["run_wall_s"]:.1f} s for `make run` ({prof["profile_vs_run"]:.2f}x, medians of 3);
 Proton measured the kernel at {prof["proton_kernel_us"]:.2f} us a launch against
 {prof["device_us"]:.2f} us by graph replay.
-{f"Left out where they refused the shape or got it wrong: {', '.join(refused)}." if refused else ""}
+{left_out_part(results)}
 
 {plots}
 
@@ -216,6 +211,76 @@ the JSONs, without a GPU.
 {END}"""
 
 
+def host_part(results):
+    """Host cost per call at each shape measured, each call's ratio to torch.softmax, and
+    the bounds: softmax() at most 2x torch.softmax, softmax_op.softmax within 1 us of it."""
+    host = results["host"]
+    calls = [c for c in HOST_CALLS if all(c in h["us"] for h in host)]
+    shapes = " | ".join(f"{h['rows']} x {h['cols']}: us | vs torch.softmax" for h in host)
+    lines = [f"| a call | {shapes} |", "| --- |" + " ---: | ---: |" * len(host)]
+    for c in calls:
+        cells = " | ".join(f"{h['us'][c]:.1f} | {h['vs_torch'][c]:.2f}x" for h in host)
+        lines.append(f"| {HOST_CALLS[c]} | {cells} |")
+    bounds = []
+    for h in host:
+        us, at = h["us"], f"at {h['rows']} x {h['cols']}"
+        bound = f"{at}, `softmax()` {h['vs_torch']['softmax.py']:.2f}x `torch.softmax`"
+        if "softmax_op.softmax" in us:
+            more = us["softmax_op.softmax"] - us["softmax.py"]
+            grad = us["softmax_op.softmax, requires_grad"]
+            bound += f", `softmax_op.softmax` {more:+.1f} us over it, {grad:.1f} us with autograd"
+        bounds.append(bound)
+    rounds = results.get("host_rounds", results["rounds"])
+    step = results.get("step", {}).get("us")
+    stepped = step and (
+        f"\nA small model's step, four products and four `softmax_op.softmax` calls on 16 x "
+        f"64 inputs (`model_step`), loop time: {step['eager']:.1f} us eager, "
+        f'{step["compiled"]:.1f} us compiled whole by `torch.compile(mode="reduce-overhead")`.\n'
+    )
+    return f"""Host cost per call (loop time, the GPU waiting on the host), us, in {rounds}
+interleaved rounds of {results["host_calls"]} calls; the ratios to torch.softmax are taken
+within each round (the host's speed drifts between rounds), then their median kept:
+
+{chr(10).join(lines)}
+
+Against the bounds, `softmax()` at most 2x `torch.softmax` and `softmax_op.softmax`
+within 1 us of `softmax()` without autograd: {"; ".join(bounds)}. (`softmax()` tests
+that a model's input is what its kernel was compiled for, allocates the output, as
+torch.softmax does, and launches the kernel compiled ahead, as Triton's tutorial 02
+does; any other input is checked and launched by `kernel[grid](...)`, which binds and
+specializes its arguments at each call.)
+{stepped or ""}"""
+
+
+def backward_part(results):
+    """The backward's device time against torch's, where the run holds it."""
+    if not (backward := results.get("backward")):
+        return ""
+    lines = ["| dtype | rows x cols | softmax_op us | torch us | speedup |"]
+    lines.append("| --- | --- | ---: | ---: | ---: |")
+    for b in backward:
+        ours, theirs = b["device_us"]["softmax.py"], b["device_us"]["torch"]
+        shape = f"{b['dtype']} | {b['rows']} x {b['cols']}"
+        lines.append(f"| {shape} | {ours:.1f} | {theirs:.1f} | {theirs / ours:.2f} |")
+    return f"""
+The backward (`softmax_op.softmax_backward`) against torch's on the same y and dy,
+device time by graph replay, in the same rounds:
+
+{chr(10).join(lines)}
+"""
+
+
+def left_out_part(results):
+    """The peers left out at some points, each point named as the tables name it."""
+    left = {}
+    for p in results["points"]:
+        for peer, note in p.get("notes", {}).items():
+            how = "got wrong" if note.startswith("wrong") else "refused"
+            left.setdefault(f"{peer} {how}", []).append(named(p))
+    said = "; ".join(f"{k} {', '.join(v)}" for k, v in left.items())
+    return f"Left out: {said}." if left else ""
+
+
 def plot(results, stem):
     import matplotlib
 
@@ -223,30 +288,17 @@ def plot(results, stem):
     import matplotlib.pyplot as plt
 
     styles = {"softmax.py": "C0", "torch.softmax": "C1", "torch.compile": "C2", "liger": "C3"}
+    styles["quack"] = "C4"  # where asked for
     for dtype in dict.fromkeys(p["dtype"] for p in points(results, "rows")):
         pts = [p for p in points(results, "rows") if p["dtype"] == dtype]
         fig, (dev_ax, loop_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
         for name, color in {**styles, "copy": "0.5"}.items():
             have = [p for p in pts if name in p["device_us"]]
             cols = [p["cols"] for p in have]
-            mark = "x" if name == "copy" else "o"
-            dev_ax.plot(
-                cols,
-                [gbps(p, p["device_us"][name]) for p in have],
-                mark,
-                color=color,
-                label=name,
-                linestyle="none",
-            )
+            mark, style = "x" if name == "copy" else "o", dict(color=color, label=name, ls="none")
+            dev_ax.plot(cols, [gbps(p, p["device_us"][name]) for p in have], mark, **style)
             if name != "copy":
-                loop_ax.plot(
-                    cols,
-                    [p["loop_us"][name] for p in have],
-                    mark,
-                    color=color,
-                    label=name,
-                    linestyle="none",
-                )
+                loop_ax.plot(cols, [p["loop_us"][name] for p in have], mark, **style)
         for p in pts:
             if p["rows"] != 4096:
                 dev_ax.annotate(
@@ -324,14 +376,46 @@ def whole_runs(folder=ROOT / "bench" / "results"):
     return [p for p, r in runs if "points" in r and "subset" not in r]
 
 
-def merge(parts):
-    """The whole run that subset runs make together; ValueError where they do not: another
-    device or software, a subset twice or missing."""
+def malformed(p):
+    """What a point lacks of what the report reads, or None."""
+    if not isinstance(p, dict):
+        return "is not an object"
+    if missing := [k for k in POINT_KEYS if k not in p]:
+        return f"lacks {', '.join(missing)}"
+    if p["dtype"] not in ITEMSIZE or not all(isinstance(p[k], int) for k in ("rows", "cols")):
+        return "has no dtype, rows and cols of a sweep"
+    times = (p["device_us"], p["loop_us"])
+    if not all(isinstance(t, dict) and {"softmax.py", "copy"} <= set(t) for t in times):
+        return "has no device and loop times of softmax.py and the copy"
+    if not set(PEERS) & set(p["device_us"]):
+        return "has no peer's device time"
+    return None
+
+
+def check_part(path, run, seen):
+    """Raises ValueError where a part lacks what its subset brings, or a point of it is
+    malformed, of a set its subset does not name, or one another part (seen: the point's
+    part, by set, dtype and shape) has."""
+    if lacks := [BRINGS[s] for s in run["subset"] if BRINGS.get(s, "points") not in run]:
+        raise ValueError(f"{path}: its subset {', '.join(run['subset'])} lacks {lacks[0]}")
+    for i, p in enumerate(run["points"], 1):
+        if why := malformed(p):
+            raise ValueError(f"{path}: its point {i} {why}")
+        kind, name = p.get("set", "rows"), named(p)
+        if kind not in run["subset"]:
+            raise ValueError(f"{path}: its {kind} point {name} is outside its subset")
+        if (key := (kind, name)) in seen:
+            raise ValueError(f"{path} repeats the {kind} point {name} of {seen[key]}")
+        seen[key] = path
+
+
+def read_parts(parts):
+    """The parts' runs; ValueError where one is no file, no sweep's part, or of another
+    device or software than the first."""
     for p in parts:  # a pipe or a device would be read for ever
         if not Path(p).is_file():
             raise ValueError(f"{p} is not a regular file")
     runs = [json.loads(Path(p).read_text()) for p in parts]
-    first = runs[0]
     for path, run in zip(parts, runs, strict=True):
         if (
             not isinstance(run, dict)
@@ -344,17 +428,32 @@ def merge(parts):
         subset = run["subset"]
         if not isinstance(subset, list) or not all(isinstance(s, str) for s in subset):
             raise ValueError(f"{path}: its subset is not a list of names")
-        if differ := [k for k in SAME if run.get(k) != first.get(k)]:
+        if differ := [k for k in SAME if run.get(k) != runs[0].get(k)]:
             raise ValueError(f"{path} differs from {parts[0]} in {', '.join(differ)}")
+    return runs
+
+
+def merge(parts):
+    """The whole run that subset runs make together; ValueError where they do not: another
+    device or software, a subset twice or missing, a subset's values missing, or a point
+    malformed or given twice."""
+    runs = read_parts(parts)
     subsets = [s for run in runs for s in run["subset"]]
     if sorted(subsets) != sorted(POINTS):
         raise ValueError(
             f"the parts' subsets {', '.join(subsets)} are not {', '.join(POINTS)}, each once"
         )
+    seen = {}
+    for path, run in zip(parts, runs, strict=True):
+        check_part(path, run, seen)
     whole = {"points": [p for run in runs for p in run["points"]]}
     for run in runs:
         whole.update({k: v for k, v in run.items() if k not in ("subset", "points")})
     whole["merged_from"] = [Path(p).name for p in parts]
+    try:  # the report of it, as write_all() will make it
+        section(whole, Path(parts[0]))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        raise ValueError(f"the parts make no report: {type(e).__name__}: {e}") from e
     return whole
 
 

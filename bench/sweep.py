@@ -12,9 +12,10 @@ its speed drifts), it records:
 - loop_us: wall time per call over back-to-back calls with one synchronize at the end:
   what a caller sees, host cost included.
 
-Then, once: host_us, the loop time per call on a tiny input (the host's cost alone),
-and what profiling costs (`make profile` against `make run`, and Proton's kernel time
-against the graph-replayed one). Medians are kept, with [min, max] over the rounds.
+Then, once: the backward against torch's; host, the loop time per call at 4 x 64 and 32
+x 4096, where the host's cost is all a caller sees, and a small model's step; and what
+profiling costs (`make profile` against `make run`, and Proton's kernel time against the
+graph-replayed one). Medians are kept, with [min, max] over the rounds.
 Writes <out>/<device>.json, then the table, plots and docs/performance.md (bench/report.py).
 Exit status: 0 done, 1 softmax.py gave a wrong result, 2 no GPU.
 """
@@ -63,6 +64,8 @@ BACKWARD = [
 ]
 POINTS = report.POINTS
 ROUNDS = 5
+# Host cost: a decoding step's few rows, and a batch's; HOST_CALLS a round, HOST_ROUNDS.
+HOST_SHAPES = [(4, 64), (32, 4096)]
 HOST_ROUNDS = 15
 LOOP_CALLS = 200
 HOST_CALLS = 2000
@@ -226,24 +229,28 @@ def empty_op(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-def host_candidates():
-    """The calls host_costs times on a 4 x 64 input, where the GPU waits for the host: the
-    peers, softmax.py's softmax(), and its launch alone: kernel[grid](...) into a new
-    output (softmax() less its checks), and the kernel compiled once and launched as
-    compiled[grid](...), the least host cost a Triton launch can have; the op, the path
-    torch.compile and autograd take, beside an op that launches nothing (empty op) and
-    the output's allocation alone (empty_like): the op's dispatch is empty op less that."""
-    x = torch.randn(4, 64, device="cuda")
+def host_candidates(rows, cols):
+    """The calls host_costs times on a rows x cols input, where the GPU waits for the host:
+    the peers; softmax.py's softmax(), and its two launches alone, each into a new
+    output: kernel[grid](...), the general path's, and compiled[grid](...), the one
+    softmax() gives what a model passes (the kernel compiled ahead by warmup, as Triton's
+    tutorial 02 launches it); softmax_op.softmax without autograd and with it
+    (requires_grad: the op, its autograd node and saved output), the op called directly,
+    beside an op that launches nothing (empty op) and the output's allocation alone
+    (empty_like): the op's dispatch is empty op less that."""
+    x = torch.randn(rows, cols, device="cuda")
     fns, _ = candidates(x)
-    p = sm.plan(4, 64, x.device.index, x.element_size())
-    args = dict(in_ptr=x, n_rows=4, n_cols=64, in_row_stride=64, in_col_stride=1)
-    blocks = dict(BLOCK_M=p.block_m, BLOCK_N=p.block_n, num_warps=p.num_warps)
-    launch = sm.softmax_kernel[p.grid]
-    fns["kernel[grid]"] = lambda: launch(out_ptr=torch.empty_like(x), **args, **blocks)
-    compiled = sm.softmax_kernel.warmup(out_ptr=x, **args, **blocks, grid=p.grid)
+    p = sm.plan(rows, cols, x.device.index, x.element_size())
+    args = (x, rows, cols, cols, 1, p.block_m, p.block_n)
+    fns["kernel[grid]"] = lambda: sm.softmax_kernel[p.grid](
+        torch.empty_like(x), *args, num_warps=p.num_warps
+    )
+    compiled = sm.softmax_kernel.warmup(x, *args, grid=p.grid, num_warps=p.num_warps)
     compiled = compiled[(*p.grid, 1, 1)]  # a compiled kernel's grid has all three dimensions
-    constexprs = (p.block_m, p.block_n)
-    fns["compiled[grid]"] = lambda: compiled(torch.empty_like(x), *args.values(), *constexprs)
+    fns["compiled[grid]"] = lambda: compiled(torch.empty_like(x), *args)
+    graded = x.clone().requires_grad_()
+    fns["softmax_op.softmax"] = lambda: softmax_op.softmax(x)
+    fns["softmax_op.softmax, requires_grad"] = lambda: softmax_op.softmax(graded)
     fns["op"] = lambda: softmax_op.softmax_op(x)
     fns["empty op"] = lambda: empty_op(x)
     fns["empty_like"] = lambda: torch.empty_like(x)
@@ -348,11 +355,13 @@ def other_points(results, points):
         results["backward"] = [backward_point(*b) for b in BACKWARD]
         print(f"sweep: backward {json.dumps(results['backward'])}", flush=True)
     if "host" in points:
-        costs = host_costs(host_candidates())
-        results["host_us"], results["host_us_spread"], results["host_vs_torch"] = costs
-        results["host_rounds"] = HOST_ROUNDS
-        print(f"sweep: host us per call {json.dumps(results['host_us'])}", flush=True)
-        print(f"sweep: host vs torch.softmax {json.dumps(results['host_vs_torch'])}", flush=True)
+        results["host"], results["host_rounds"] = [], HOST_ROUNDS
+        for rows, cols in HOST_SHAPES:
+            us, us_spread, vs_torch = host_costs(host_candidates(rows, cols))
+            results["host"].append(dict(rows=rows, cols=cols, us=us, us_spread=us_spread))
+            results["host"][-1]["vs_torch"] = vs_torch
+            print(f"sweep: host us per call at {rows} x {cols} {json.dumps(us)}", flush=True)
+            print(f"sweep: host vs torch.softmax {json.dumps(vs_torch)}", flush=True)
         results["step"] = step_costs()
         print(f"sweep: model step {json.dumps(results['step'])}", flush=True)
     if "profiling" in points:

@@ -22,12 +22,11 @@ PATHS = {"fused", "whole rows", "tiles", "lagged tiles"}
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
 def test_results_hold_the_promised_keys(path):
     r = json.loads(path.read_text())
-    assert {"device", "torch", "triton", "points", "host_us", "host_vs_torch", "profiling"} <= set(
-        r
-    )
-    launches = {"kernel[grid]", "compiled[grid]", "op", "empty op", "empty_like"}
-    assert set(r["host_us"]) - launches == CANDIDATES
-    assert set(r["host_vs_torch"]) == set(r["host_us"]) and r["host_vs_torch"]["torch.softmax"] == 1
+    assert {"device", "torch", "triton", "points", "host", "profiling"} <= set(r)
+    for host in r["host"]:
+        assert set(host["us"]) <= set(report.HOST_CALLS)  # each named in the host table
+        assert CANDIDATES | {"kernel[grid]", "compiled[grid]"} <= set(host["us"])
+        assert set(host["vs_torch"]) == set(host["us"]) and host["vs_torch"]["torch.softmax"] == 1
     assert {
         "run_wall_s",
         "profile_wall_s",
@@ -106,7 +105,7 @@ def parts(tmp_path, **changes):
     logits (synthetic points) and the rest; changes made to the logits part (a subset of
     None: none, as a whole run has)."""
     whole = json.loads(RESULTS[0].read_text())
-    rest = {**whole, "subset": ["rows", "backward", "host", "profiling"]}
+    rest = {"backward": [], **whole, "subset": ["rows", "backward", "host", "profiling"]}
     logits = {k: whole[k] for k in report.SAME if k in whole}
     logits.update({"subset": ["logits"], "points": [logits_point("logits", 16, 128256)]})
     logits.update(changes)
@@ -126,7 +125,7 @@ def test_subset_runs_merge_into_a_whole_run(tmp_path, monkeypatch):
     merged = json.loads((tmp_path / f"{report.slug(whole['device'])}.json").read_text())
     assert "subset" not in merged and merged["merged_from"] == [p.name for p in paths]
     assert merged["points"] == whole["points"] + [logits_point("logits", 16, 128256)]
-    assert merged["host_us"] == whole["host_us"] and merged["profiling"] == whole["profiling"]
+    assert merged["host"] == whole["host"] and merged["profiling"] == whole["profiling"]
     assert "| bfloat16 | 16 x 128256 | tiles |" in pages[0]
 
 
@@ -147,6 +146,88 @@ def test_parts_of_other_runs_are_refused(tmp_path, capsys, changes, says):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.search(says, err)
     assert not (tmp_path / "nvidia-h200.json").exists()
+
+
+GOOD = logits_point("logits", 16, 128256)
+
+
+@pytest.mark.parametrize(
+    "points, says",
+    [
+        (
+            [{k: v for k, v in GOOD.items() if k != "device_us"}],
+            "gpu-logits.json: its point 1 lacks device_us",
+        ),
+        ([GOOD, {**GOOD, "loop_us": {"quack": 1.0}}], "its point 2 has no device and loop times"),
+        ([{**GOOD, "dtype": "float64"}], "its point 1 has no dtype, rows and cols of a sweep"),
+        ([{**GOOD, "device_us": {"softmax.py": 1.0, "copy": 1.0}}], "its point 1 has no peer's"),
+        ([7], "its point 1 is not an object"),
+        (
+            [GOOD, GOOD],
+            "gpu-logits.json repeats the logits point bfloat16 16 x 128256 of .*gpu-logits",
+        ),
+        ([GOOD, logits_point("rows", 4096, 256)], "its rows point bfloat16 4096 x 256 is outside"),
+    ],
+    ids=["no device_us", "no loop times", "no dtype", "no peer", "no object", "twice", "outside"],
+)
+def test_a_part_whose_points_the_report_cannot_read_is_refused(tmp_path, capsys, points, says):
+    # Each in one line and exit 2, naming the part and the point as the tables name it.
+    _, paths = parts(tmp_path, points=points)
+    assert report.main(["--merge", *map(str, paths)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(says, err), err
+    assert not list(tmp_path.glob("nvidia-*.json"))
+
+
+@pytest.mark.parametrize(
+    "subset, changes, says",
+    [
+        (["host", "logits"], {}, "gpu-logits.json: its subset host, logits lacks host"),
+        (["host", "logits"], {"host": [{"rows": 4}]}, "make no report: KeyError: 'us'"),
+    ],
+)
+def test_a_part_without_what_its_subset_brings_is_refused(tmp_path, capsys, subset, changes, says):
+    whole, paths = parts(tmp_path, subset=subset, **changes)
+    rest = json.loads(paths[0].read_text())
+    rest["subset"].remove("host")
+    paths[0].write_text(json.dumps(rest))
+    assert report.main(["--merge", *map(str, paths)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+
+
+def test_peers_left_out_are_named_at_each_point_as_the_tables_name_it(tmp_path):
+    results = json.loads(RESULTS[0].read_text())
+    results["points"] = [
+        logits_point("logits", 4096, 50257, note="ValueError: N % 8"),
+        logits_point("logits", 1, 151936, note="wrong: max_abs_err=nan"),
+        logits_point("logits", 16, 50257, note="ValueError: N % 8"),
+    ]
+    text = report.section(results, tmp_path / "gpu.json")
+    said = "quack refused bfloat16 4096 x 50257, bfloat16 16 x 50257; quack got wrong bfloat16 1 x 151936."
+    assert f"Left out: {said}" in text
+
+
+def test_the_host_part_states_each_bound_at_each_shape(tmp_path):
+    results = json.loads(RESULTS[0].read_text())
+    calls = [
+        "softmax.py",
+        "torch.softmax",
+        "softmax_op.softmax",
+        "softmax_op.softmax, requires_grad",
+    ]
+    us = dict(zip(calls, [12.0, 6.0, 12.6, 40.0], strict=True))
+    results["host"] = [
+        dict(rows=rows, cols=cols, us=us, vs_torch={c: t / 6.0 for c, t in us.items()})
+        for rows, cols in ((4, 64), (32, 4096))
+    ]
+    results["step"] = {"us": {"eager": 249.0, "compiled": 129.9}}
+    text = report.section(results, tmp_path / "gpu.json")
+    assert "| a call | 4 x 64: us | vs torch.softmax | 32 x 4096: us | vs torch.softmax |" in text
+    assert "| `softmax_op.softmax`, no autograd | 12.6 | 2.10x | 12.6 | 2.10x |" in text
+    bound = "`softmax()` 2.00x `torch.softmax`, `softmax_op.softmax` +0.6 us over it, 40.0 us"
+    assert f"at 4 x 64, {bound}" in text and f"at 32 x 4096, {bound}" in text
+    assert "249.0 us eager, 129.9 us compiled whole" in text
 
 
 def test_a_merge_never_overwrites_its_parts(tmp_path, capsys):
