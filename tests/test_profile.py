@@ -967,6 +967,20 @@ def test_a_launch_metadata_proton_could_not_use_is_named(monkeypatch, returned, 
     assert "run" not in vars(kernel)  # the kernel launches as before
 
 
+def test_a_compiled_kernel_without_launch_metadata_is_a_value_error():
+    # As Triton's compiled @triton.jit kernel keeps it: an attribute, None when not given.
+    class Compiled:
+        fn, arg_names, launch_metadata = staticmethod(lambda x: None), ["x"], None
+
+        def run(self, *args, grid, warmup, **options):
+            pass
+
+    kernel = Compiled()
+    launch = lambda: kernel.run(1, grid=(1,), warmup=False)  # noqa: E731
+    with pytest.raises(ValueError, match="no launch_metadata"):
+        proton_launch.check_launch_metadata(kernel, launch)
+
+
 # On the GPU, end to end through make, with the tests' own payloads.
 
 PAYLOAD, N, ITERS = "tests/payloads/vector_add.py", 1000000, 5
