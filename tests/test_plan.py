@@ -125,7 +125,8 @@ def test_refused_recipes_are_one_line(tmp_path, row):
 def test_the_launch_command_and_the_provenance_come_from_one_plan(tmp_path):
     made = rc.load(str(recipe(tmp_path, 2, "{backend: instrumentation, granularity: warp}")))
     plan = planned(recipe=made, output=str(tmp_path / "run"))
-    used = (plan.provenance["backend_used"], plan.provenance["mode_used"])
+    record = dict(plan.provenance)
+    used = (record["backend_used"], record["mode_used"])
     assert used == ("instrumentation", "default:granularity=warp")
     for trial in plan.trials:
         command = list(trial.command)
@@ -133,8 +134,9 @@ def test_the_launch_command_and_the_provenance_come_from_one_plan(tmp_path):
     os.mkdir(plan.folder)
     profile_run.write_provenance(plan)
     written = json.loads((tmp_path / "run" / "provenance.json").read_text())
-    assert written == profile_run.versions() | plan.provenance
+    assert written == profile_run.versions() | dict(plan.provenance)
     assert written["run_id"] == HOST.stamp and written["mode_asked"] == made.proton_mode
+    assert written["backend_used"] == used[0]
     with pytest.raises(dataclasses.FrozenInstanceError):  # nothing changes it on the way
         plan.folder = "elsewhere"
 
@@ -150,10 +152,10 @@ def test_the_launch_command_and_the_provenance_come_from_one_plan(tmp_path):
 )
 def test_the_provenance_says_what_was_asked_and_given(row):
     backend, mode, expected = map(str.strip, row.split("|"))
-    made = planned(recipe=rc.Recipe(backend=backend, proton_mode=mode or None)).provenance
+    made = dict(planned(recipe=rc.Recipe(backend=backend, proton_mode=mode or None)).provenance)
     keys = ("backend_asked", "backend_used", "mode_asked", "mode_used")
     assert [str(made[key]) for key in keys] == expected.split()
-    env = planned(recipe=rc.Recipe(mode="env", backend=backend)).provenance
+    env = dict(planned(recipe=rc.Recipe(mode="env", backend=backend)).provenance)
     assert env["backend_used"] is env["mode_used"] is None  # the script starts Proton
 
 
@@ -164,7 +166,7 @@ def test_the_provenance_says_what_was_asked_and_given(row):
 )
 def test_the_world_size_is_given_or_unknown_never_parsed_back(command, world, expected):
     plan = planned(command, world_size=world)
-    assert plan.provenance["world_size"] == expected
+    assert dict(plan.provenance)["world_size"] == expected
     summarise = list(plan.summarise)
     assert ("--world-size" in summarise) == bool(world)
 
@@ -212,7 +214,7 @@ def test_an_a_b_plan_compares_with_the_world_size_and_the_ceiling_and_records_ea
 
 
 def test_a_compare_plan_runs_the_summariser_alone():
-    plan = pl.make_plan(pl.Options(compare=("a", "b"), world_size=4), rc.Recipe(), HOST)
+    plan = pl.make_plan(pl.Options(compare=("a", "b"), world_size=4), None, HOST)
     assert plan.trials == () and plan.records == () and plan.kind == "compare"
     assert list(plan.summarise[2:5]) == ["a", "--diff", "b"] and "--world-size" in plan.summarise
 

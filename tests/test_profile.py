@@ -474,9 +474,9 @@ def test_an_interruption_between_the_link_renames_leaves_latest_and_previous_apa
     # A rename that stops the driver once it has renamed the first link into place.
     for name in ("first", "second", "third"):
         (tmp_path / name).mkdir()
-    plan = functools.partial(pl.Plan, "profile", links=str(tmp_path), capture="", trials=())
+    plan = functools.partial(pl.Plan, "profile", links=str(tmp_path))
     for name in ("first", "second"):
-        profile_run.link(plan(str(tmp_path / name), summarise=()))
+        profile_run.link(plan(str(tmp_path / name)))
     replace = os.replace
 
     def once(*args):
@@ -485,7 +485,7 @@ def test_an_interruption_between_the_link_renames_leaves_latest_and_previous_apa
 
     monkeypatch.setattr(os, "replace", once)
     with pytest.raises(KeyboardInterrupt):
-        profile_run.link(plan(str(tmp_path / "third"), summarise=()))
+        profile_run.link(plan(str(tmp_path / "third")))
     latest, previous = (os.readlink(tmp_path / name) for name in ("latest", "previous"))
     assert (latest, previous) == ("third", "first")  # the run that succeeded is latest
 
