@@ -20,11 +20,11 @@ import time
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # summary/, under PYTHONSAFEPATH too
 from summary.plan import Host, Options, Plan, lines, make_plan, moved  # noqa: E402
-from summary.recipe import Refused, load  # noqa: E402
+from summary.recipe import MAX_TRIALS, Refused, load  # noqa: E402
 
 VALUED = "--recipe --results --output --data --backend --context --hook --trials --rev"
 VALUED = [*VALUED.split(), "--base-script", "--world-size", "--fail-above", "--min-ms"]
-MOST = {"trials": 999, "world_size": 2**16}  # as the recipe and parse_hatchet.py take them
+MOST = {"trials": MAX_TRIALS, "world_size": 2**16}  # as the recipe and parse_hatchet.py take them
 DEVICE_FILES = {"amd": "/dev/kfd", "nvidia": "/dev/nvidiactl"}
 SIGNALS = {signal.SIGHUP: 129, signal.SIGINT: 130, signal.SIGTERM: 143}  # the shell's statuses
 NO_CAPTURE = (
@@ -162,11 +162,8 @@ def link(plan: Plan) -> None:
 def foreground() -> bool:
     """Whether this process is in its terminal's foreground group."""
     try:
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
-        try:
-            return os.tcgetpgrp(fd) == os.getpgrp()
-        finally:
-            os.close(fd)
+        with open("/dev/tty", "rb", buffering=0) as tty:
+            return os.tcgetpgrp(tty.fileno()) == os.getpgrp()
     except OSError:
         return False
 
@@ -190,7 +187,7 @@ class Children:
     def forward(self) -> None:
         # Ctrl-C reaches every process of the terminal's foreground group, the command too:
         # a second SIGINT would cut short what it does on the first (Proton writes its capture).
-        if self.child and not self.forwarded:
+        if self.child and self.signal and not self.forwarded:
             self.forwarded = True
             if self.signal != signal.SIGINT or not foreground():
                 self.child.send_signal(self.signal)
@@ -199,7 +196,7 @@ class Children:
         """The command's exit status, as a shell gives it (128 + N: killed by signal N)."""
         if self.signal is None:
             self.child = subprocess.Popen(command, cwd=cwd)
-            self.forward() if self.signal else None  # caught while the child started
+            self.forward()  # a signal caught while the child started
             status = self.child.wait()
         if self.signal is not None:
             why = f"the command ended; {self.folder[:200]} has no summary"

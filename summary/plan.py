@@ -8,6 +8,10 @@ from dataclasses import dataclass
 
 from summary.recipe import Recipe, Refused
 
+# A run's kind, by its data and whether it runs the instrumentation backend.
+KINDS = {("tree", False): "profile", ("trace", False): "trace", ("tree", True): "intra"}
+KINDS["trace", True] = "intra-trace"
+
 
 @dataclass(frozen=True)
 class Options:
@@ -137,13 +141,7 @@ def make_plan(options: Options, recipe: Recipe, host: Host) -> Plan:
     .py script. A pure function: it reads and writes nothing."""
     ab = bool(options.rev or options.base_script)
     kind = "compare" if options.compare else "ab" if ab else ""
-    if not kind:
-        kind = "profile" if recipe.data == "tree" else "trace"
-        kind = (
-            {"profile": "intra", "trace": "intra-trace"}[kind]
-            if recipe.backend == "instrumentation"
-            else kind
-        )
+    kind = kind or KINDS[recipe.data, recipe.backend == "instrumentation"]
     links = os.path.join(plain(options.results), kind)
     folder = plain(options.output) if options.output else os.path.join(links, host.stamp)
     links = "" if options.output else links

@@ -23,7 +23,8 @@ RECIPE_KEYS = ("mode", "backend", "context", "data", "hook")  # the keys a Recip
 
 
 class Refused(Exception):
-    """A recipe aorta would not run: a one-line message."""
+    """What profile.sh refuses (exit 2), a recipe aorta would not run among them: a
+    one-line message."""
 
 
 @dataclass(frozen=True)
