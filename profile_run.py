@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # summary/, under PYTHONSAFEPATH too
-from summary.plan import Host, Options, Plan, lines, make_plan, moved  # noqa: E402
+from summary.plan import Host, Options, Plan, lines, make_plan, moved, plain  # noqa: E402
 from summary.recipe import MAX_TRIALS, Refused, load  # noqa: E402
 
 VALUED = "--recipe --results --output --data --backend --context --hook --trials --rev"
@@ -92,13 +92,12 @@ def look(options: Options) -> Host:
     vendor = assumed if assumed in DEVICE_FILES else (seen or [""])[-1]
     devices = [f"{var}_VISIBLE_DEVICES" for var in ("CUDA", "HIP", "ROCR")]
     devices = tuple((var, os.environ[var]) for var in devices if var in os.environ)
-    results = options.results if not options.results.startswith("-") else f"./{options.results}"
     prefix, rev = None, options.rev
     if rev and not os.path.isdir(rev):
         if git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode:
             raise Refused(f"{rev[:100]} is neither a folder nor a revision of a git checkout here")
         prefix = git("rev-parse", "--show-prefix").stdout.rstrip("\n")
-    here, ceiling = os.path.dirname(os.path.abspath(__file__)), os.path.join(results, "ceiling")
+    here, ceiling = os.path.dirname(os.path.abspath(__file__)), plain(options.results) + "/ceiling"
     gpu = bool(vendor) or assumed == "1"
     return Host(here, os.getcwd(), stamp, vendor, gpu, devices, os.path.isdir(ceiling), prefix)
 
@@ -120,10 +119,8 @@ def planned(options: Options) -> Plan:
 def make_folder(plan: Plan, options: Options) -> None:
     """The run's folder, made without -p (no other run has it); refuses a latest or previous
     that is not a link: only its own links are replaced."""
-    for link in [os.path.join(plan.links, name) for name in ("latest", "previous")] * bool(
-        plan.links
-    ):
-        if os.path.exists(link) and not os.path.islink(link):
+    for name in ("latest", "previous") if plan.links else ():
+        if os.path.exists(link := os.path.join(plan.links, name)) and not os.path.islink(link):
             raise Refused(f"{link[:200]} is not a link: move it away (nothing is replaced)")
     try:
         os.makedirs(os.path.dirname(plan.folder) or ".", exist_ok=True)
