@@ -50,9 +50,10 @@ def parse(python: str, argv: list) -> Options | None:
     while words and (word := words.pop(0)) != "--":
         if word in ("-h", "--help"):
             return None
-        if word in ("--dry-run", "--any-device"):
-            given["dry_run"] = given.get("dry_run") or word == "--dry-run"
-            gate += [word] if word == "--any-device" else []
+        if word == "--dry-run":
+            given["dry_run"] = True
+        elif word == "--any-device":
+            gate.append(word)
         elif word == "--compare":
             if len(words) < 2:
                 raise Refused("--compare needs two runs: NOW BASE")
@@ -74,13 +75,17 @@ def parse(python: str, argv: list) -> Options | None:
 
 
 def whole(option: str, value: str, most: int) -> int:
-    if not (value.isascii() and value.isdecimal() and value[0] != "0" and int(value) <= most):
+    digits = len(value) < 7 and value.isascii() and value.isdecimal() and value[0] != "0"
+    if not (digits and int(value) <= most):
         raise Refused(f"{option} takes 1 to {most}")
     return int(value)
 
 
 def git(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], capture_output=True, text=True)
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True)
+    except OSError:  # no git here
+        return subprocess.CompletedProcess(args, 127, "", "")
 
 
 def look(options: Options) -> Host:
@@ -288,6 +293,9 @@ def main(argv: list | None = None) -> int:
     except Failed as e:
         say(e.args[1])
         return e.args[0]
+    except OSError as e:  # a file of the run's that cannot be written
+        say(f"error: {e}")
+        return 2
 
 
 if __name__ == "__main__":

@@ -224,3 +224,23 @@ def test_quoted_words_are_one_line_that_bash_reads_back(word):
     line = pl.quoted(word)
     back = subprocess.run(["bash", "-c", f'printf "%s" {line}'], capture_output=True).stdout
     assert "\n" not in line and back == word.encode("utf-8", "surrogateescape")
+
+
+def test_profile_sh_s_arguments_become_options_and_the_plan_follows_them():
+    argv = ["--recipe", "-h", "--trials", "3", "--world-size", "2", "--hook", "triton"]
+    argv += ["--fail-above", "5", "--any-device", "--rev", "v1", "--dry-run", "--", "x.py", "--"]
+    options = profile_run.parse("python", argv)
+    assert options == pl.Options(
+        python="python",
+        command=("x.py", "--"),  # the command's words as given, a -- among them
+        recipe="-h",  # a value, though it starts like an option
+        overrides=(("data", ""), ("backend", ""), ("context", ""), ("hook", "triton")),
+        trials=3,
+        rev="v1",
+        gate=("--fail-above", "5", "--any-device"),
+        world_size=2,
+        dry_run=True,
+    )
+    for value in ("9" * 5000, "1000", "0"):  # refused in one line, never a traceback
+        with pytest.raises(rc.Refused, match="--trials takes 1 to 999"):
+            profile_run.parse("python", ["--trials", value, "--", "python", "x.py"])
