@@ -136,6 +136,36 @@ def plain(path: str) -> str:
     return f"./{path}" if path.startswith("-") else path
 
 
+def launched(options: Options, recipe: Recipe, host: Host, ab: bool) -> tuple:
+    """The words before the script (the command's interpreter or launcher, proton_launch.py
+    and its options), the script and its words, and whether the interpreter runs it alone."""
+    command = list(options.command)
+    start = next((command[:at] for at, word in enumerate(command) if word.endswith(".py")), [])
+    if not start:
+        raise Refused("the command must run a .py script through its interpreter or launcher")
+    script, alone = command[len(start) :], start == [options.python]
+    launch = [*start, os.path.join(host.here, "proton_launch.py")]
+    launch += ([] if alone else ["--ranked"]) + (["--env"] if recipe.mode == "env" else [])
+    if ab and "/" in launch[0]:  # the base runs elsewhere: the interpreter by its whole path
+        launch[0] = os.path.normpath(os.path.join(host.cwd, launch[0]))
+    return launch, script, alone
+
+
+def rounds(launch: list, flags: list, args: list, folder: str, count: int, where: tuple) -> tuple:
+    """Each trial: launch, its capture's name, flags, the script and args; count of one side,
+    or in rounds count of each side of an A/B run (where: the folder the base runs in and
+    its script, then now's), base first in odd rounds."""
+    base, now = where
+    trials = []
+    for k in range(1, count + 1):
+        for side in ("base", "now")[:: 1 if k % 2 else -1] if base else ("",):
+            inside = folder if count == 1 and not base else os.path.join(folder, side, f"trial{k}")
+            cwd, script = base if side == "base" else now
+            name = ["-n", os.path.join(inside, "proton")]
+            trials.append(Trial(side, k, inside, cwd, (*launch, *name, *flags, script, *args)))
+    return tuple(trials)
+
+
 def make_plan(options: Options, recipe: Recipe, host: Host) -> Plan:
     """The run options ask for, under recipe, on host; Refused for a command that runs no
     .py script. A pure function: it reads and writes nothing."""
@@ -150,27 +180,14 @@ def make_plan(options: Options, recipe: Recipe, host: Host) -> Plan:
             kind, folder, links, summarise=summariser(options, host, folder, options.compare)
         )
     folder = os.path.normpath(os.path.join(host.cwd, folder)) if ab else folder
-    command = list(options.command)
-    start = next((command[:at] for at, word in enumerate(command) if word.endswith(".py")), [])
-    if not start:
-        raise Refused("the command must run a .py script through its interpreter or launcher")
-    script, alone = command[len(start) :], start == [options.python]
-    launch = [*start, os.path.join(host.here, "proton_launch.py")]
-    launch += ([] if alone else ["--ranked"]) + (["--env"] if recipe.mode == "env" else [])
-    if ab and "/" in launch[0]:  # the base runs elsewhere: the interpreter by its whole path
-        launch[0] = os.path.normpath(os.path.join(host.cwd, launch[0]))
+    launch, script, alone = launched(options, recipe, host, ab)
     at = os.path.relpath(os.path.normpath(os.path.join(host.cwd, script[0])), host.cwd)
     tree = os.path.join(folder, "tree") if ab and host.git_prefix is not None else ""
     base = (options.rev, at) if not tree else (os.path.normpath(f"{tree}/{host.git_prefix}"), at)
     base = (".", options.base_script) if options.base_script else base
     count = options.trials or (5 if ab else recipe.trials)  # 5 a side, whatever the recipe says
-    trials = []
-    for k in range(1, count + 1):
-        for side in ("base", "now")[:: 1 if k % 2 else -1] if ab else ("",):
-            inside = folder if count == 1 and not ab else os.path.join(folder, side, f"trial{k}")
-            cwd, word = base if side == "base" else (".", script[0])
-            name = ["-n", os.path.join(inside, "proton"), *flags(recipe), word, *script[1:]]
-            trials.append(Trial(side, k, inside, cwd, (*launch, *name)))
+    where = (base if ab else None, (".", script[0]))
+    trials = rounds(launch, flags(recipe), script[1:], folder, count, where)
     sides = (os.path.join(folder, "now"), os.path.join(folder, "base")) if ab else ()
     backend, mode = given(recipe)
     provenance = dict(backend_asked=recipe.backend, backend_used=backend, run_id=host.stamp)
@@ -180,7 +197,7 @@ def make_plan(options: Options, recipe: Recipe, host: Host) -> Plan:
     environ = moves(recipe, host)
     devices = dict(host.devices) | dict(environ)
     hidden = not host.gpu or any(value in ("", "-1") for value in devices.values())
-    first = os.path.basename(command[0])
+    first = os.path.basename(options.command[0])
     no_gpu = hidden and (first.startswith("python") or first == "torchrun")
     capture = "hatchet" if recipe.data == "tree" else "chrome_trace"
     summarise = summariser(options, host, folder, sides)
