@@ -138,13 +138,10 @@ def make_folder(plan: Plan, options: Options) -> None:
     if plan.tree:  # the revision, unpacked where the base runs
         os.mkdir(plan.tree)
         top = git("rev-parse", "--show-toplevel").stdout.rstrip("\n")
-        archive = subprocess.Popen(
-            ["git", "-C", top, "archive", options.rev], stdout=subprocess.PIPE
-        )
-        if (
-            subprocess.run(["tar", "-x", "-C", plan.tree], stdin=archive.stdout).returncode
-            | archive.wait()
-        ):
+        command = ["git", "-C", top, "archive", options.rev]
+        archive = subprocess.Popen(command, stdout=subprocess.PIPE)
+        unpacked = subprocess.run(["tar", "-x", "-C", plan.tree], stdin=archive.stdout)
+        if archive.wait() or unpacked.returncode:
             raise Refused(f"git archive {options.rev[:100]} failed")
 
 
