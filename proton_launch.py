@@ -196,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         mode = mode and typed_mode(mode)
     options = dict(context=args.context, data=args.data, backend=args.backend, hook=args.hook)
     proton.start(name, mode=mode, **options)
+    from triton.profiler.flags import flags
+
+    flags.command_line = True  # as Proton's command line sets it: the script's start() ignored
     try:
         return run_script(args.script, args.args)
     finally:
