@@ -99,8 +99,10 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 argv = $(foreach word,$(1),$(call q,$(word)))
 START = $(if $(filter 1,$(NPROC)),$(PY),$(PY) -m torch.distributed.run --standalone \
   --nproc-per-node $(call q,$(NPROC)) --)
+# The world size is given, never read back out of the launcher's words: NPROC's ranks.
+WORLD = $(if $(filter-out 1,$(NPROC)),--world-size $(call q,$(NPROC)))
 PROFILE = $(call q,$(HERE)/profile.sh) --recipe $(call q,$(RECIPE)) --results $(call q,$(OUT)) \
-  $(if $(HOOK),--hook $(call q,$(HOOK))) $(if $(TRIALS),--trials $(call q,$(TRIALS)))
+  $(if $(HOOK),--hook $(call q,$(HOOK))) $(if $(TRIALS),--trials $(call q,$(TRIALS))) $(WORLD)
 GATE = $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) \
   $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS))) $(if $(ANY_DEVICE),--any-device)
 # profile.sh's options for each target that runs SCRIPT under it. Shadow context for
@@ -139,7 +141,7 @@ compare: setup ## CUR against BASE (latest and previous profile): verdicts; FAIL
 	@for run in $(call q,$(CUR)) $(call q,$(BASE)); do [[ -e $$run ]] || { echo "make compare:" \
 	  "no run $$run: run make profile twice first, or set CUR= and BASE=" >&2; exit 2; }; done
 	$(call q,$(HERE)/profile.sh) --results $(call q,$(OUT)) \
-	  --compare $(call q,$(call path,$(CUR))) $(call q,$(call path,$(BASE))) $(GATE) -- $(PY)
+	  --compare $(call q,$(call path,$(CUR))) $(call q,$(call path,$(BASE))) $(GATE) $(WORLD) -- $(PY)
 
 bench: setup $(VENV)/.bench $(if $(QUACK),$(VENV)/.bench-quack) ## GPU only: the example against its peers, into bench/results (POINTS, QUACK)
 	$(PY) bench/sweep.py $(if $(POINTS),--points $(call q,$(POINTS))) $(if $(QUACK),--quack)

@@ -1,21 +1,19 @@
 """Run a Python script under Proton as `python -m triton.profiler.proton` does, with what
-that command cannot do (a capture per rank, an instrumentation mode); say what made a run;
-check a kernel's launch_metadata on the CPU (check_launch_metadata, for a user's test).
-docs/profiling.md tells the ranks it reads, what --env exports and what the provenance holds.
+that command cannot do (a capture per rank, an instrumentation mode): each trial of
+profile.sh's runs through it. Also check a kernel's launch_metadata on the CPU
+(check_launch_metadata, for a user's test). docs/profiling.md tells the ranks it reads and
+what --env exports.
 
     python proton_launch.py [-n NAME] [--ranked] [-b BACKEND] [-c CONTEXT] [-d DATA]
                             [-k triton] [--mode MODE] [--env] SCRIPT.py [ARGS ...]
-    python proton_launch.py --provenance FILE [-b BACKEND] [--mode MODE] [--env] [--run-id ID]
 
 Everything after SCRIPT.py is the script's, a `--` included.
-Exit status: the script's own, 130 on Ctrl-C; 2 for bad arguments, a GPU the
-instrumentation backend cannot compile for, or a FILE that cannot be made.
+Exit status: the script's own, 130 on Ctrl-C; 2 for bad arguments or a GPU the
+instrumentation backend cannot compile for.
 """
 
 import argparse
-import importlib.metadata
 import inspect
-import json
 import math
 import os
 import runpy
@@ -28,9 +26,7 @@ from typing import NoReturn
 AMD_INSTRUMENTABLE = ("gfx942", "gfx950")
 # Options that take a value: the first word that is none of them, nor a value, nor an
 # option, is the script.
-VALUED = {"-n", "-b", "-c", "-d", "-k", "--mode", "--provenance", "--run-id"}
-# The distributions a platform installs them as (ROCm's wheels name Triton their own way).
-PACKAGES = {"triton": ["triton", "pytorch-triton-rocm", "pytorch-triton"], "torch": ["torch"]}
+VALUED = {"-n", "-b", "-c", "-d", "-k", "--mode"}
 # The launch_metadata keys Proton's launch hook turns into roofline metrics.
 ROOFLINE = ["bytes", "flops", "flops8", "flops16", "flops32", "flops64"]
 
@@ -58,15 +54,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-k", dest="hook", choices=["triton"])
     parser.add_argument("--mode", help="Proton's mode, e.g. default:granularity=warp")
     parser.add_argument("--env", action="store_true", help="export the name; start nothing")
-    parser.add_argument("--provenance", metavar="FILE", help="write only the provenance")
-    parser.add_argument("--run-id", help="the run's id, for the provenance")
-    parser.add_argument("script", metavar="SCRIPT.py", nargs="?")
+    parser.add_argument("script", metavar="SCRIPT.py")
     # argparse would drop a `--` after the script: the script's words are kept as given.
     args = parser.parse_args(argv[: at + 1])
     args.args = argv[at + 1 :]
-    if (args.provenance is None) == (args.script is None):
-        parser.error("give SCRIPT.py, or --provenance FILE and no script")
-    if args.script and not (args.script.endswith(".py") and os.path.isfile(args.script)):
+    if not (args.script.endswith(".py") and os.path.isfile(args.script)):
         parser.error(f"no such .py script: {args.script[:200]!r}")
     return args
 
@@ -144,25 +136,6 @@ def run_script(script: str, args: list[str]) -> int:
     return 0
 
 
-def version(package: str) -> str | None:
-    found = (d for name in PACKAGES[package] for d in importlib.metadata.distributions(name=name))
-    return next((d.version for d in found), None)
-
-
-def given(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    """The backend and mode Proton is given; None where Proton or the script picks."""
-    intra = args.backend == "instrumentation"
-    mode = None if args.env else args.mode or ("default" if intra else None)
-    return (None if args.env or args.backend == "auto" else args.backend), mode
-
-
-def provenance(args: argparse.Namespace) -> dict:
-    backend, mode = given(args)
-    asked = dict(backend_asked=args.backend or "auto", mode_asked=args.mode, run_id=args.run_id)
-    versions = dict(triton=version("triton"), torch=version("torch"))
-    return versions | asked | dict(backend_used=backend, mode_used=mode)
-
-
 def check_launch_metadata(kernel: object, launch: Callable[[], object]) -> dict:
     """What kernel's launch_metadata returns for the first launch launch() makes, called as
     Proton's hook calls it; ValueError unless its name is a str and its bytes, flops and
@@ -170,7 +143,9 @@ def check_launch_metadata(kernel: object, launch: Callable[[], object]) -> dict:
     jit = kernel
     while not inspect.isfunction(jit.fn):  # an autotuner or heuristics around the kernel
         jit = jit.fn
-    hook = getattr(jit, "launch_metadata", None) or jit.kwargs.get("launch_metadata")
+    # A compiled kernel keeps it as an attribute, the interpreter's among its options.
+    kwargs = getattr(jit, "kwargs", {})
+    hook = getattr(jit, "launch_metadata", None) or kwargs.get("launch_metadata")
     launches = []
 
     def record(*args: object, grid: object, warmup: bool, **options: object) -> object:
@@ -202,13 +177,6 @@ def check_launch_metadata(kernel: object, launch: Callable[[], object]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    if args.provenance:  # a new file ('x'): a run's provenance is written once
-        try:
-            with open(args.provenance, "x", encoding="utf-8") as f:
-                f.write(json.dumps(provenance(args), indent=2) + "\n")
-        except OSError as e:
-            fail(f"{ascii(args.provenance[:200])[1:-1]}: {(e.strerror or str(e)).lower()}")
-        return 0
     name = f"{args.name}.rank{global_rank()}" if args.ranked else args.name
     export_local_rank()
     # Before the script imports torch: Triton 3.8 with rocprofiler-sdk can hang at exit else.
@@ -219,15 +187,18 @@ def main(argv: list[str] | None = None) -> int:
         exports.update(DATA=args.data, BACKEND=args.backend, MODE=args.mode, HOOK=args.hook)
         os.environ.update({f"AORTA_PROTON_{key}": v for key, v in exports.items() if v})
         return run_script(args.script, args.args)
-    backend, mode = given(args)  # as the provenance records them
-    if backend == "instrumentation":
+    mode = args.mode
+    if args.backend == "instrumentation":
         import triton.profiler.language as pl
 
         check_instrumentable()
         pl.enable_semantic("triton")
-        mode = typed_mode(mode)
-    options = dict(context=args.context, data=args.data, backend=backend, hook=args.hook)
+        mode = mode and typed_mode(mode)
+    options = dict(context=args.context, data=args.data, backend=args.backend, hook=args.hook)
     proton.start(name, mode=mode, **options)
+    from triton.profiler.flags import flags
+
+    flags.command_line = True  # as Proton's command line sets it: the script's start() ignored
     try:
         return run_script(args.script, args.args)
     finally:

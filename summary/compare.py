@@ -241,6 +241,7 @@ def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False
     sites, tied = matched_sites(*(site_times(side) for side in (base, now)))
     m = 1 + sum(bool(a and b) for a, b in pairs + sites)  # the GPU time, and matched rows
     out = {"base": name, "interleaved": interleaved, "alpha": ALPHA, "rows_judged": m}
+    out["base_provenance"] = base[0].get("proton_provenance")  # now's is the summary's own
     out["method"] = "one run" if min(len(base), len(now)) == 1 else "welch log bonferroni"
     out.update(same=gate.same, fail_above=gate.fail_above, min_ms=gate.min_ms)
     totals = [

@@ -114,8 +114,9 @@ def facts(summary: dict) -> list[tuple[str, str]]:
             out.append((key, shown_value(summary[key])))
     for device in summary.get("proton_device") or []:
         out.append(("device", ", ".join(f"{k} {shown_value(v)}" for k, v in device.items())))
-    provenance = summary.get("proton_provenance") or {}
-    out += [(f"provenance: {k}", str(v)) for k, v in provenance.items() if v is not None]
+    base = (summary.get("proton_diff") or {}).get("base_provenance") or {}
+    for side, record in (("", summary.get("proton_provenance") or {}), ("base ", base)):
+        out += [(f"{side}provenance: {k}", str(v)) for k, v in record.items() if v is not None]
     for entry in summary.get("proton_unread") or []:
         out.append(("not read", f"{entry.get('file')}: {entry.get('why')}"))
     return out

@@ -5,6 +5,7 @@ sides' folders, the recorded order, the compare beside them, an interruption."""
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -94,6 +95,12 @@ def test_make_ab_interleaves_trials_of_both_sides_and_compares_them(tmp_path):
     assert d["first_line"].startswith("add_kernel: 2.000x slower") and d["regressions"]
     assert (run_ / "compare.md").read_text().startswith(f"**{d['first_line']}**")
     assert (run_ / "report.html").read_text().startswith("<!DOCTYPE html>")  # its page
+    # Each side's provenance, written from the run's plan, reaches the compare and its page.
+    compared = json.loads((run_ / "compare.json").read_text())
+    for side, record in [("now", compared["proton_provenance"]), ("base", d["base_provenance"])]:
+        made = json.loads((run_ / side / "provenance.json").read_text())
+        assert made["run_id"] == run_.name and record.items() >= made.items()
+    assert "base provenance: run_id" in (run_ / "report.html").read_text()
     assert "regression: add_kernel" in p.stderr and p.stdout.startswith(d["first_line"])
     assert run("git", "status", "--porcelain", cwd=repo).stdout.split() == [
         "M",
@@ -174,6 +181,37 @@ def test_an_interrupted_make_ab_writes_no_compare_and_keeps_latest(tmp_path):
     stopped = [f for f in runs.iterdir() if f.name not in ("latest", "previous", latest)]
     assert len(stopped) == 1 and not (stopped[0] / "compare.json").exists()
     assert os.readlink(runs / "latest") == latest
+
+
+def test_an_a_b_run_s_compare_gets_the_world_size_and_the_ceiling(tmp_path):
+    checkout(tmp_path)
+    results = tmp_path / "results"
+    (results / "ceiling").mkdir(parents=True)
+    options = ["--results", results, "--rev", "HEAD", "--world-size", "2", "--dry-run"]
+    p = ab(tmp_path, *options)
+    assert p.returncode == 0, p.stderr
+    compare = shlex.split(p.stdout.splitlines()[-1])
+    assert compare[-4:] == ["--world-size", "2", "--ceiling", f"{results}/ceiling"]
+    assert "--diff" in compare and not list((results).glob("ab*"))
+
+
+def test_profile_sh_s_compare_honours_dry_run(tmp_path):
+    trials = ROOT / "tests" / "fixtures" / "h200-trials"
+    out = tmp_path / "out"
+    args = ["--results", out, "--compare", trials / "slower", trials / "base", "--dry-run"]
+    p = run(PROFILE, *args, "--world-size", "2", "--", PY)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    head, command = p.stdout.splitlines()
+    assert head.startswith(f"# run folder: {out}/compare/")
+    assert shlex.split(command)[:5] == [
+        PY,
+        str(ROOT / "parse_hatchet.py"),
+        str(trials / "slower"),
+        "--diff",
+        str(trials / "base"),
+    ]
+    assert shlex.split(command)[-2:] == ["--world-size", "2"]
+    assert not out.exists()  # no folder made, no latest moved
 
 
 def test_make_compare_writes_a_run_folder_of_its_own(tmp_path):

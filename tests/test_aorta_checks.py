@@ -11,8 +11,8 @@ import subprocess
 import pytest
 import yaml
 
-import recipe as rc
 from conftest import ROOT
+from summary import recipe as rc
 
 # The files a payload is, as aorta selects them: every top-level *.py (each a script, an
 # example may be deleted or added), and the tests' own payloads.

@@ -45,7 +45,7 @@ def words_of(line):
     return p.stdout.split("\0")[:-1]
 
 
-@pytest.mark.parametrize("variable", ["SCRIPT", "OUT", "RECIPE", "HOOK", "TRIALS"])
+@pytest.mark.parametrize("variable", ["SCRIPT", "OUT", "RECIPE", "HOOK", "TRIALS", "NPROC"])
 def test_a_newline_or_a_quote_in_a_variable_stays_one_word(variable):
     value = "it's\nodd; touch x"
     p = run("make", "--no-print-directory", "-n", "profile", f"{variable}={value}", "ARGS=")
@@ -87,6 +87,16 @@ def test_nproc_starts_the_script_through_torch_s_launcher_after_a_double_dash():
     assert words[-10:] == [*launcher.split(), "--", VECTOR_ADD, "--n", "5"]
 
 
+@pytest.mark.parametrize("target", ["profile", "ab", "compare"])
+def test_nproc_is_given_to_profile_sh_as_the_world_size(target):
+    # Given, never parsed back out of torchrun's words; one process: no ranks to expect.
+    words = recipe(target, "NPROC=2", f"SCRIPT={VECTOR_ADD}", "CUR=.", "BASE=.")
+    assert words[words.index("--world-size") + 1] == "2" and words.index(
+        "--world-size"
+    ) < words.index("--")
+    assert "--world-size" not in recipe(target, f"SCRIPT={VECTOR_ADD}", "CUR=.", "BASE=.")
+
+
 @pytest.mark.parametrize("target", ["run", "profile", "trace", "intra", "intra-trace"])
 def test_a_script_that_is_not_there_is_named_in_one_line(tmp_path, target):
     # As in a copy whose example is deleted and SCRIPT left at its default.
@@ -124,7 +134,9 @@ def exit_tables(tool):
 
 def test_the_documented_exit_codes_are_the_code_s():
     text = (ROOT / "profile.sh").read_text()
-    coded = {int(n) for n in re.findall(r"\b(?:die|exit|stop [A-Z]+) (\d+)\b", text)}
+    code = text + (ROOT / "profile_run.py").read_text()  # the wrapper and its driver
+    found = re.findall(r"\bexit (\d+)$|return (\d+)$|Failed\((\d+)|SIG[A-Z]+: (\d+)", code, re.M)
+    coded = {int(n) for row in found for n in row if n}
     header = re.search(r"^# Exit status:(.*?)^set ", text, re.M | re.S)[1]
     assert {int(n) for n in re.findall(r"\b\d+\b", header)} == coded
     assert exit_tables("profile.sh") == {"profiling.md": coded}

@@ -1000,6 +1000,7 @@ PROVENANCE = {
     "mode_asked": None,
     "mode_used": None,
     "run_id": "a1",
+    "world_size": 2,
 }
 
 

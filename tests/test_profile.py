@@ -1,7 +1,8 @@
-"""profile.sh, recipe.py and proton_launch.py, run as a user runs them: the recipe read and
-checked as aorta checks it, what profile.sh refuses, the commands it builds (its dry
-runs), the run folders it makes (latest, previous, --output, trials, provenance), the
-signals it forwards, and the ranks and environment proton_launch.py gives a script.
+"""profile.sh, its driver (profile_run.py, summary/plan.py, summary/recipe.py) and
+proton_launch.py, run as a user runs them: the recipe read and checked as aorta checks it,
+the plan made from it (its dry runs), what profile.sh refuses, the run folders it makes
+(latest, previous, --output, trials, provenance), the signals it forwards, and the ranks
+and environment proton_launch.py gives a script.
 Real runs use a fake env-mode payload (tests/payloads/fake_proton.py) that writes a given
 capture where Proton would; the GPU tests at the end run real payloads through make."""
 
@@ -26,9 +27,10 @@ import torch
 import triton
 import yaml
 
+import profile_run
 import proton_launch
-import recipe as rc
 from conftest import ROOT, run
+from summary import plan as pl
 
 PROFILE = ROOT / "profile.sh"
 LAUNCH = str(ROOT / "proton_launch.py")
@@ -82,7 +84,7 @@ def dry_run(*args, **kw):
     command as words, and the summariser's."""
     p = profile("--dry-run", *args, **kw)
     assert p.returncode == 0 and p.stderr == "", p.stderr
-    head, *lines, last = p.stdout.splitlines()
+    head, *lines, last = [x for x in p.stdout.splitlines() if not x.startswith("# provenance: ")]
     assert head.startswith("# run folder: "), p.stdout
     moves = [line for line in lines if line.startswith(("unset ", "export "))]
     commands = [shlex.split(line) for line in lines if line not in moves]
@@ -93,88 +95,6 @@ def dry_run(*args, **kw):
 def one_line_refusal(p, message):
     assert p.returncode == 2 and p.stdout == "", p.stdout
     assert p.stderr.count("\n") == 1 and message in p.stderr, p.stderr
-
-
-# recipe.py: aorta's rules.
-
-
-def test_the_shipped_recipe_is_aorta_s():
-    data = yaml.safe_load((ROOT / "recipe.yaml").read_text())
-    assert data["schema_version"] == 1 and data["mode"] == "probe"
-    assert data["trials"] == 1 and data["timeout_per_trial"] == 1800
-    assert data["mitigation_axis"] == ["none"] and data["diagnostic_axis"] == ["none"]
-    assert data["env_passthrough_mode"] == "inherit"
-    proton = {"mode": "cli", "backend": "auto", "context": "python", "data": "tree"}
-    assert data["collect"] == {"proton": proton}
-
-
-def test_defaults_and_overrides_are_aorta_s_printed_a_value_a_line_for_profile_sh(tmp_path):
-    (tmp_path / "r.yaml").write_text("collect: {proton: {}}\n")  # aorta's defaults
-    p = run(PY, ROOT / "recipe.py", tmp_path / "r.yaml")
-    assert p.returncode == 0 and p.stdout == "cli\nauto\nshadow\ntree\n\n\n1\n", p.stderr
-    (tmp_path / "r.yaml").write_text("collect: {proton: {context: ' Python '}}\n")  # as aorta
-    p = run(PY, ROOT / "recipe.py", tmp_path / "r.yaml")  # strips and lower-cases
-    assert p.returncode == 0 and p.stdout == "cli\nauto\npython\ntree\n\n\n1\n", p.stderr
-    r = recipe(tmp_path, 999, "{backend: instrumentation, granularity: warp}")
-    p = run(PY, ROOT / "recipe.py", r, "--data", "trace", "--context", "shadow", "--hook", "triton")
-    expected = "cli instrumentation shadow trace triton default:granularity=warp 999"
-    assert p.returncode == 0 and p.stdout.split() == expected.split(), p.stderr
-
-
-@pytest.mark.parametrize(
-    "row",
-    [
-        "{proton: {backend: instrumentation}} -> ",
-        # roctracer in cli mode captured an empty tree up to Triton 3.7 only: accepted now.
-        "{proton: {backend: roctracer}} -> ",
-        "{proton: {backend: instrumentation}, rocprof: {}} -> ",  # no queue intercepted twice
-        "{proton: {backend: instrumentation, instrumentation_mode: default}} -> default",
-        "{proton: {backend: instrumentation, granularity: warp}} -> default:granularity=warp",
-        "{proton: {backend: instrumentation, instrumentation_mode: mma, granularity: cta}} -> mma:granularity=cta",
-        "{proton: {backend: cupti, backend_mode: pcsampling}} -> pcsampling",
-        "{proton: {backend: roctracer, backend_mode: periodic_flushing}} -> periodic_flushing",
-    ],
-)
-def test_accepted_recipes_give_proton_s_mode_as_aorta_renders_it(row):
-    collect, mode = row.split(" -> ")
-    assert rc.options({"collect": yaml.safe_load(collect)})["proton_mode"] == (mode or None)
-
-
-@pytest.mark.parametrize(
-    "row",
-    [
-        "{proton: {colour: red}} -> unknown key collect.proton.'colour'",
-        "{proton: {context: 3}} -> collect.proton.context must be a string, got 3",
-        "{proton: {data: true}} -> collect.proton.data must be a string, got True",
-        "{proton: {data: [1, 2]}} -> collect.proton.data must be a string, got [1, 2]",
-        "{proton: {mode: daemon}} -> collect.proton.mode: 'daemon' is not one of cli, env",
-        "{proton: {backend: nsys}} -> collect.proton.backend: 'nsys' is not one of auto",
-        "{proton: {context: full}} -> collect.proton.context: 'full' is not one of shadow",
-        "{proton: {hook: torch}} -> collect.proton.hook: 'torch' is not one of triton",
-        "{proton: {mode: " + "x" * 10**6 + "}} -> collect.proton.mode: 'xxxxxxxx",
-        "{proton: {granularity: warp}} -> granularity need backend instrumentation",
-        "{proton: {backend: cupti, instrumentation_mode: mma}} -> need backend instrumentation",
-        "{proton: {backend: instrumentation, instrumentation_mode: fast}} -> 'fast' is not one",
-        "{proton: {backend: instrumentation, backend_mode: pcsampling, granularity: warp}} -> backend_mode conflicts with granularity",
-        "{proton: {backend_mode: pcsampling}} -> backend_mode needs a pinned backend",
-        "{proton: {backend: roctracer, backend_mode: pcsampling}} -> not one of periodic_flushing",
-        "{proton: {mode: env}, rocprof: {}} -> both intercept HSA queues",
-        "{proton: {backend: rocprofiler}, rocprof: {}} -> both intercept HSA queues",
-        "{proton: {backend: roctracer}, rocprof: {}} -> both intercept HSA queues",
-        "{rocprof: {}} -> no collect.proton mapping",
-        *[
-            f"{{proton: {{}}}}, trials: {n} -> trials must be a whole number from 1 to 999"
-            for n in ("0", "1000", "-1", "'2'", "true", "1.5", "1" + "0" * 40, "null")
-        ],
-    ],
-    ids=lambda row: row[:60],
-)
-def test_refused_recipes_are_one_line(tmp_path, capsys, row):
-    collect, message = row.split(" -> ")
-    (tmp_path / "r.yaml").write_text(f"{{collect: {collect}}}\n")
-    assert rc.main([str(tmp_path / "r.yaml")]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1 and message in err and len(err) < 400, err
 
 
 MISTAKEN = {
@@ -210,10 +130,12 @@ def test_an_interpreter_without_pyyaml_is_refused_in_one_line(tmp_path):
 
 
 def test_the_recipe_is_read_without_importing_from_the_current_folder(tmp_path):
-    # ./profile.sh runs from its checkout: a yaml.py there is not imported (PYTHONSAFEPATH
-    # keeps recipe.py's folder off sys.path).
-    for name in ("profile.sh", "recipe.py"):
+    # ./profile.sh runs from its checkout: a yaml.py there is not imported (the driver's
+    # folder goes after the installed packages on sys.path).
+    for name in ("profile.sh", "profile_run.py", "summary/__init__.py", "summary/plan.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         shutil.copy2(ROOT / name, tmp_path / name)
+    shutil.copy2(ROOT / "summary" / "recipe.py", tmp_path / "summary")
     (tmp_path / "yaml.py").write_text("raise SystemExit('the yaml.py here ran')\n")
     p = run("./profile.sh", "--recipe", ROOT / "recipe.yaml", "--dry-run", *MINE, cwd=tmp_path)
     assert p.returncode == 0 and "ran" not in p.stderr, p.stderr
@@ -259,10 +181,12 @@ def test_usage_errors_are_one_line(row):
 
 
 @pytest.mark.parametrize("word", ["exec", "source", ".", "eval", "die"])
-def test_a_shell_builtin_or_function_as_the_command_is_refused(word):
-    # It would run inside profile.sh itself (die is profile.sh's own function).
-    p = profile("--dry-run", "--", word, "python", "mine.py")
+def test_a_shell_builtin_or_function_as_the_command_is_refused_before_anything_runs(tmp_path, word):
+    # A shell's own word names no program: refused before any folder is made.
+    args = ["--recipe", ROOT / "recipe.yaml", "--", word, "python", "mine.py"]
+    p = profile(*args, env={"PROFILE_ASSUME_GPU": "1"}, cwd=tmp_path)
     one_line_refusal(p, f"the command must start with a program, not {word}")
+    assert list(tmp_path.iterdir()) == []
 
 
 # profile.sh takes --output '' for no --output at all: the run goes to the results folder.
@@ -281,7 +205,7 @@ def test_cdpath_does_not_change_where_profile_sh_finds_its_files(tmp_path):
 
 # profile.sh: the commands it builds, as its dry runs print them.
 
-CLI = "-m triton.profiler.proton -n RUN/proton -c python -d tree"
+CLI = "LAUNCH -n RUN/proton -c python -d tree"  # one launch path, whatever the run
 OPTS = "-n RUN/proton -c python -d tree"
 JOB = "torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint host0:29500"
 
@@ -312,10 +236,10 @@ def test_each_kind_of_run_has_its_folder_which_a_dry_run_does_not_make(tmp_path,
     [
         f"cli-alone | {{backend: cupti, hook: triton}} | | PY mine.py --iters 3 | PY {CLI} -b cupti -k triton mine.py --iters 3",
         f"roctracer-cli | {{backend: roctracer}} | | python mine.py | python {CLI} -b roctracer mine.py",
-        "overrides | {} | --context shadow --data trace | python mine.py | python -m triton.profiler.proton -n RUN/proton -c shadow -d trace mine.py",
+        "overrides | {} | --context shadow --data trace | python mine.py | python LAUNCH -n RUN/proton -c shadow -d trace mine.py",
         f"backend-mode | {{backend: cupti, backend_mode: pcsampling}} | | python mine.py | python LAUNCH {OPTS} -b cupti --mode pcsampling mine.py",
         f"intra-mode | {{backend: instrumentation, granularity: warp}} | | python mine.py | python LAUNCH {OPTS} -b instrumentation --mode default:granularity=warp mine.py",
-        f"make-intra | {{}} | --backend instrumentation | python mine.py | python LAUNCH {OPTS} -b instrumentation mine.py",
+        f"make-intra | {{}} | --backend instrumentation | python mine.py | python LAUNCH {OPTS} -b instrumentation --mode default mine.py",
         f"env | {{mode: env}} | | python mine.py a | python LAUNCH --env {OPTS} mine.py a",
         f"torchrun | {{}} | | torchrun --nproc-per-node 2 mine.py | torchrun --nproc-per-node 2 LAUNCH --ranked {OPTS} mine.py",
         f"torchrun-env | {{mode: env}} | --hook triton | torchrun --nproc-per-node 2 mine.py | torchrun --nproc-per-node 2 LAUNCH --ranked --env {OPTS} -k triton mine.py",
@@ -326,8 +250,7 @@ def test_each_kind_of_run_has_its_folder_which_a_dry_run_does_not_make(tmp_path,
     ids=lambda row: row.split(" |")[0],
 )
 def test_the_command_of_each_kind_of_run(tmp_path, row):
-    # Proton's CLI for one process and no mode; else proton_launch.py, --ranked under a
-    # launcher, --env in env mode.
+    # proton_launch.py, --ranked under a launcher, --env in env mode.
     _, proton, flags, command, expected = map(str.strip, row.split("|"))
     d = dry_run("--recipe", recipe(tmp_path, proton=proton), *flags.split(), "--", *words(command))
     assert d.commands == [words(expected, d.folder)]
@@ -350,7 +273,7 @@ def test_dry_run_words_keep_their_spaces_and_can_be_pasted(tmp_path):
     odd = ["it's", "$HOME", "*", "tab\there", "new\nline", "back\\slash", '"q"']
     p = profile("--dry-run", "--results", tmp_path / "r\n*", "--", PY, "mine.py", *odd)
     assert p.returncode == 0, p.stderr
-    for line in p.stdout.splitlines()[1:]:
+    for line in [x for x in p.stdout.splitlines() if not x.startswith("# ")]:
         back = run("bash", "-c", f'set -- {line}\nprintf "%s\\0" "$@"').stdout.split("\0")[:-1]
         assert back[0] == PY and any(f"{tmp_path}/r\n*/profile/" in w for w in back), line
         assert back[-len(odd) :] == odd or back[-1] == "--table", line
@@ -370,29 +293,32 @@ def test_each_trial_has_its_command_and_folder(tmp_path, trials, flags, expected
 
 
 @pytest.mark.parametrize(
-    "command, world",
+    "command, given, world",
     [
-        ("torchrun --nproc-per-node 2 mine.py", "2"),
-        ("PY -m torch.distributed.run --nproc_per_node=4 mine.py", "4"),
-        ("torchrun --standalone --nproc-per-node=3 mine.py", "3"),
-        ("torchrun --nnodes 1 --nproc-per-node 2 mine.py", "2"),
-        ("torchrun --nnodes=1:1 --nproc-per-node 2 mine.py", "2"),
-        (f"{JOB} mine.py", None),  # another host's ranks write on that host
-        ("torchrun --nproc-per-node gpu mine.py", None),
-        ("mpirun -np 3 python mine.py", None),
-        ("python mine.py", None),
+        ("torchrun --nproc-per-node 2 mine.py", "2", "2"),
+        (f"{JOB} mine.py", "16", "16"),  # a launcher's world of many hosts, as the user names it
+        # Given, never parsed back out of the launcher's words: unknown without --world-size.
+        ("torchrun --nproc-per-node 2 mine.py", None, None),
+        ("PY -m torch.distributed.run --nproc_per_node=4 mine.py", None, None),
+        ("python mine.py", None, None),
     ],
 )
-def test_the_world_size_reaches_the_summariser_from_torchrun_on_one_host(command, world):
-    found = dry_run("--", *words(command), env={"WORLD_SIZE": "9"}).last
+def test_the_world_size_reaches_the_summariser_as_given(command, given, world):
+    option = ["--world-size", given] if given else []
+    found = dry_run(*option, "--", *words(command), env={"WORLD_SIZE": "9"}).last
     assert (found[found.index("--world-size") + 1] if "--world-size" in found else None) == world
+
+
+@pytest.mark.parametrize("value", ["0", "65537", "x", "02", "-1"])
+def test_a_world_size_that_is_no_count_of_ranks_is_refused(value):
+    one_line_refusal(profile("--dry-run", "--world-size", value, *MINE), "--world-size takes 1 to")
 
 
 @pytest.mark.parametrize(
     "row",
     [
         "amd | | HIP_VISIBLE_DEVICES=1 | unset HIP_VISIBLE_DEVICES; export ROCR_VISIBLE_DEVICES=1",
-        "amd | | HIP_VISIBLE_DEVICES=2,3 CUDA_VISIBLE_DEVICES=0 | unset HIP_VISIBLE_DEVICES; unset CUDA_VISIBLE_DEVICES; export ROCR_VISIBLE_DEVICES=2\\,3",
+        "amd | | HIP_VISIBLE_DEVICES=2,3 CUDA_VISIBLE_DEVICES=0 | unset HIP_VISIBLE_DEVICES; unset CUDA_VISIBLE_DEVICES; export ROCR_VISIBLE_DEVICES=2,3",
         "amd | | HIP_VISIBLE_DEVICES=1 ROCR_VISIBLE_DEVICES=4 | unset HIP_VISIBLE_DEVICES; export ROCR_VISIBLE_DEVICES=4",
         "amd | | CUDA_VISIBLE_DEVICES=0 | unset CUDA_VISIBLE_DEVICES; export ROCR_VISIBLE_DEVICES=0",
         "amd | | ROCR_VISIBLE_DEVICES=4 | ",
@@ -517,7 +443,7 @@ def checkout(tmp_path, summariser=None):
     shutil.copytree(ROOT / "summary", copy / "summary", ignore=ignore)
     for (
         name
-    ) in "Makefile profile.sh recipe.py recipe.yaml proton_launch.py parse_hatchet.py".split():
+    ) in "Makefile profile.sh profile_run.py recipe.yaml proton_launch.py parse_hatchet.py".split():
         shutil.copy2(ROOT / name, copy / name)
     for name in ("requirements.txt", "requirements-dev.txt", ".venv"):
         (copy / name).symlink_to(ROOT / name)
@@ -542,18 +468,26 @@ def test_the_summariser_s_own_line_is_relayed_when_it_fails(tmp_path):
     assert latest == good.name
 
 
-def test_an_interruption_between_the_link_renames_leaves_latest_and_previous_apart(tmp_path):
-    # An mv that kills profile.sh once it has renamed the first link into place.
-    mv = executable(
-        tmp_path / "bin" / "mv", f'#!/bin/sh\n{shutil.which("mv")} "$@"\nkill -KILL $PPID\n'
-    )
-    for _ in range(2):
-        assert fake_run(tmp_path, TREE).returncode == 0
-    path = f"{mv.parent}{os.pathsep}{environment()['PATH']}"
-    assert fake_run(tmp_path, TREE, env={"PATH": path}).returncode == -signal.SIGKILL
-    (first, second, third), latest, previous = runs(tmp_path)
-    assert latest != previous and {latest, previous} <= {first.name, second.name, third.name}
-    assert latest == third.name  # the run that succeeded is latest, the first link moved
+def test_an_interruption_between_the_link_renames_leaves_latest_and_previous_apart(
+    tmp_path, monkeypatch
+):
+    # A rename that stops the driver once it has renamed the first link into place.
+    for name in ("first", "second", "third"):
+        (tmp_path / name).mkdir()
+    plan = functools.partial(pl.Plan, "profile", links=str(tmp_path))
+    for name in ("first", "second"):
+        profile_run.link(plan(str(tmp_path / name)))
+    replace = os.replace
+
+    def once(*args):
+        replace(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", once)
+    with pytest.raises(KeyboardInterrupt):
+        profile_run.link(plan(str(tmp_path / "third")))
+    latest, previous = (os.readlink(tmp_path / name) for name in ("latest", "previous"))
+    assert (latest, previous) == ("third", "first")  # the run that succeeded is latest
 
 
 def test_make_profile_works_in_a_checkout_whose_path_holds_a_space(tmp_path):
@@ -849,7 +783,11 @@ def test_the_workload_reads_the_terminal(tmp_path):
 
 def test_a_rank_not_read_keeps_the_summary_and_exits_1(tmp_path):
     launcher = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    p = fake_run(tmp_path, TREE, start=launcher)  # rank 1 writes no capture
+    p = fake_run(tmp_path, TREE, start=launcher)  # rank 1 writes no capture, unseen:
+    assert p.returncode == 0, p.stderr  # the world size is unknown, and the summary says so
+    assert summary(runs(tmp_path)[0][0])["proton_provenance"]["world_size"] is None
+    shutil.rmtree(tmp_path / "profiling_results")
+    p = fake_run(tmp_path, TREE, start=launcher, options=["--world-size", "2"])
     assert p.returncode == 1, p.stderr
     assert p.stderr.splitlines()[-1].startswith("parse_hatchet")  # its own line says which
     (folder,), latest, _ = runs(tmp_path)
@@ -914,12 +852,10 @@ def test_the_launcher_keeps_the_script_s_words_as_given(tmp_path):
         "raise SystemExit('why') | PY LAUNCH --env s.py | 1 | why",  # as Python prints it
         "import sys; sys.exit() | PY LAUNCH --env s.py | 0 | ",
         "pass | PY LAUNCH --env missing.py | 2 | proton_launch: error: no such .py script: 'missing.py'",
-        "pass | PY LAUNCH --env | 2 | proton_launch: error: give SCRIPT.py, or --provenance FILE and no script",
+        "pass | PY LAUNCH --env | 2 | proton_launch: error: the following arguments are required: SCRIPT.py",
         "pass | PY LAUNCH -c full s.py | 2 | proton_launch: error: argument -c: invalid choice: 'full'",
         "pass | PY LAUNCH --ranked --env s.py | 2 | proton_launch: error: --ranked, but none of",
-        # A provenance is a new file: one that exists, an input among them, is kept.
-        "pass | PY LAUNCH --provenance s.py | 2 | proton_launch: error: s.py: file exists",
-        "pass | PY LAUNCH --provenance no/p.json | 2 | proton_launch: error: no/p.json: no such file",
+        "pass | PY LAUNCH -n | 2 | proton_launch: error: argument -n: expected one argument",
         # Too long, not ASCII, negative, empty.
         *[
             f"pass | RANK={rank} PY LAUNCH --ranked --env s.py | 2 | proton_launch: error: RANK must be a whole number"
@@ -967,28 +903,13 @@ def test_typed_modes_from_aorta_s_strings(capsys):
         assert exit_.value.code == 2 and capsys.readouterr().err.count("\n") == 1
 
 
-def test_the_provenance_record_says_what_was_asked_and_given():
-    def record(*argv):
-        return proton_launch.provenance(proton_launch.parse(["--provenance", "p.json", *argv]))
-
-    made = record("-b", "cupti", "--run-id", "r1")
-    keys = "triton torch backend_asked backend_used mode_asked mode_used run_id"
-    assert sorted(made) == sorted(keys.split()) and made["triton"] == triton.__version__
-    assert made["torch"] == torch.__version__
-    assert (made["backend_asked"], made["backend_used"], made["run_id"]) == ("cupti", "cupti", "r1")
-    made = record("-b", "instrumentation", "--mode", "default:granularity=warp")
-    assert made["mode_asked"] == made["mode_used"] == "default:granularity=warp"
-    assert record("-b", "instrumentation")["mode_used"] == "default"  # Proton's typed default
-    made = record()  # Proton picks the backend
-    assert (made["backend_asked"], made["backend_used"], made["mode_used"]) == ("auto", None, None)
-    made = record("-b", "cupti", "--env")  # the script started Proton as it chose
-    assert (made["backend_asked"], made["backend_used"], made["mode_used"]) == ("cupti", None, None)
-
-
 def test_the_provenance_is_written_without_importing_torch_or_triton(tmp_path):
     # Importing torch cost a GPU run seconds; the versions are the packages' metadata.
-    p = run(PY, "-X", "importtime", LAUNCH, "--provenance", tmp_path / "p.json", "-b", "cupti")
-    assert p.returncode == 0 and (tmp_path / "p.json").is_file(), p.stderr
+    driver = [PY, "-X", "importtime", ROOT / "profile_run.py", PY]
+    p = run(*driver, *fake_args(tmp_path, TREE), env={"PROFILE_ASSUME_GPU": "1"}, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    (folder,), _, _ = runs(tmp_path)
+    assert json.loads((folder / "provenance.json").read_text())["torch"] == torch.__version__
     imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()}
     assert not {name.split(".")[0] for name in imported} & {"torch", "triton"}
 
@@ -1044,6 +965,20 @@ def test_a_launch_metadata_proton_could_not_use_is_named(monkeypatch, returned, 
     with pytest.raises(ValueError, match=re.escape(message)):
         proton_launch.check_launch_metadata(kernel, lambda: add.vector_add(x, x))
     assert "run" not in vars(kernel)  # the kernel launches as before
+
+
+def test_a_compiled_kernel_without_launch_metadata_is_a_value_error():
+    # As Triton's compiled @triton.jit kernel keeps it: an attribute, None when not given.
+    class Compiled:
+        fn, arg_names, launch_metadata = staticmethod(lambda x: None), ["x"], None
+
+        def run(self, *args, grid, warmup, **options):
+            pass
+
+    kernel = Compiled()
+    launch = lambda: kernel.run(1, grid=(1,), warmup=False)  # noqa: E731
+    with pytest.raises(ValueError, match="no launch_metadata"):
+        proton_launch.check_launch_metadata(kernel, launch)
 
 
 # On the GPU, end to end through make, with the tests' own payloads.

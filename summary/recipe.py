@@ -1,20 +1,10 @@
-"""Read an aorta recipe's collect.proton block and check it as aorta does.
+"""An aorta recipe's collect.proton block, read once and checked as aorta checks it, into a
+Recipe: what profile.sh's run asks of Proton."""
 
-    PYTHONSAFEPATH=1 python recipe.py RECIPE [--data D] [--backend B] [--context C] [--hook H]
-
-Prints what profile.sh needs, one value per line in the order of FIELDS (an unset one as an
-empty line): the recipe's options, each flag given overriding its key for one run and
-checked the same way, Proton's --mode as aorta renders it, and the recipe's trials.
-PYTHONSAFEPATH imports nothing from the current folder while PYTHONPATH still counts (a
-PyYAML installed there is found; -I would hide it).
-Exit status: 0, or 2 with one line on stderr for a recipe aorta would refuse.
-"""
-
-import argparse
 import sys
+from dataclasses import dataclass, replace
 from reprlib import repr as short  # a value quoted in a one-line message, cut short
 
-FIELDS = ["mode", "backend", "context", "data", "hook", "proton_mode", "trials"]
 ALLOWED = {
     "mode": ["cli", "env"],
     "backend": ["auto", "cupti", "rocprofiler", "roctracer", "instrumentation"],
@@ -28,18 +18,27 @@ ALLOWED = {
 }
 BACKEND_MODES = dict(cupti=ALLOWED["backend_mode"], rocprofiler=ALLOWED["backend_mode"])
 BACKEND_MODES["roctracer"] = ["periodic_flushing"]
-DEFAULTS = {"mode": "cli", "backend": "auto", "context": "shadow", "data": "tree"}
 MAX_TRIALS = 999
+RECIPE_KEYS = ("mode", "backend", "context", "data", "hook")  # the keys a Recipe keeps as given
 
 
 class Refused(Exception):
-    """A recipe aorta would not run: a one-line message."""
+    """What profile.sh refuses (exit 2), a recipe aorta would not run among them: a
+    one-line message."""
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage
-        text = message[:200]
-        self.exit(2, f"recipe.py: error: {text if text.isprintable() else ascii(text)}\n")
+@dataclass(frozen=True)
+class Recipe:
+    """collect.proton with aorta's defaults filled in; proton_mode is Proton's --mode as
+    aorta renders it (None: none set); trials, the recipe's."""
+
+    mode: str = "cli"
+    backend: str = "auto"
+    context: str = "shadow"
+    data: str = "tree"
+    hook: str | None = None
+    proton_mode: str | None = None
+    trials: int = 1
 
 
 def one_of(where: str, value: object, allowed: list[str]) -> str:
@@ -48,15 +47,14 @@ def one_of(where: str, value: object, allowed: list[str]) -> str:
     return value
 
 
-def options(recipe: object, overrides: dict | None = None) -> dict:
-    """collect.proton of a decoded recipe, checked, with the defaults filled in, each
-    override given (data, backend, context, hook) in place of the recipe's, proton_mode
-    (Proton's --mode, or None) and trials."""
+def options(recipe: object, overrides: dict | None = None) -> Recipe:
+    """The Recipe of a decoded recipe, each override given (data, backend, context, hook)
+    in place of the recipe's and checked the same way; Refused for what aorta refuses."""
     collect = recipe.get("collect") if isinstance(recipe, dict) else None
     proton = collect.get("proton") if isinstance(collect, dict) else None
     if not isinstance(proton, dict):
         raise Refused("no collect.proton mapping")
-    chosen = dict(DEFAULTS)
+    chosen = {}
     for key, value in proton.items():
         if key not in ALLOWED:
             raise Refused(f"unknown key collect.proton.{short(key)} (known: {', '.join(ALLOWED)})")
@@ -67,17 +65,16 @@ def options(recipe: object, overrides: dict | None = None) -> dict:
     for key, value in (overrides or {}).items():
         if value:
             chosen[key] = one_of(f"--{key}", value, ALLOWED[key])
-    chosen["proton_mode"] = proton_mode(chosen, "rocprof" in collect)
-    chosen["trials"] = trials = recipe.get("trials", 1)
+    trials = recipe.get("trials", 1)
     if type(trials) is not int or not 1 <= trials <= MAX_TRIALS:
         raise Refused(f"trials must be a whole number from 1 to {MAX_TRIALS}, got {short(trials)}")
-    return chosen
+    made = Recipe(**{key: chosen[key] for key in RECIPE_KEYS if key in chosen}, trials=trials)
+    return replace(made, proton_mode=proton_mode(made.backend, chosen, "rocprof" in collect))
 
 
-def proton_mode(chosen: dict, rocprof: bool) -> str | None:
+def proton_mode(backend: str, chosen: dict, rocprof: bool) -> str | None:
     """Proton's --mode, as aorta renders it: the backend mode bare, else the intra-kernel
     mode with its granularity; None when neither is set. Refuses what aorta refuses."""
-    backend = chosen["backend"]
     intra = [key for key in ("instrumentation_mode", "granularity") if key in chosen]
     if "backend_mode" in chosen:
         if intra:
@@ -108,18 +105,14 @@ def proton_mode(chosen: dict, rocprof: bool) -> str | None:
     return mode + (f":granularity={chosen['granularity']}" if "granularity" in chosen else "")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("recipe")
-    for key in ("data", "backend", "context", "hook"):
-        parser.add_argument(f"--{key}", default="")
-    overrides = vars(parser.parse_args(argv))
-    path = overrides.pop("recipe")
+def load(path: str, overrides: dict | None = None) -> Recipe:
+    """The Recipe in the file at path; Refused, naming the file, for one that cannot be read
+    or that aorta would refuse."""
     try:
         import yaml
 
         with open(path, encoding="utf-8") as f:
-            chosen = options(yaml.safe_load(f), overrides)
+            return options(yaml.safe_load(f), overrides)
     except ImportError:
         why = f"{sys.executable} has no PyYAML to read it with (make setup, or pip install PyYAML)"
     except OSError as e:
@@ -130,16 +123,5 @@ def main(argv: list[str] | None = None) -> int:
         why = f"not valid YAML: {' '.join(str(e).split())[:200]}"
     except Refused as e:
         why = str(e)
-    else:
-        print("\n".join(str(chosen.get(field) or "") for field in FIELDS))
-        return 0
     shown = path[:200] if path[:200].isprintable() else repr(path[:200])
-    print(f"profile.sh: error: {shown}: {why}", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    # Success returns normally, and the guard names only main, as aorta's checks want.
-    status = main()
-    if status:
-        raise SystemExit(status)
+    raise Refused(f"{shown}: {why}")
