@@ -18,16 +18,13 @@ from pathlib import Path
 
 import msgspec
 
+from summary import Refused
 from summary.run import epoch_ns, printable
 
 CAPTURE = re.compile(r"(.+?)(\.part_\d+)?\.(hatchet|hatchet_msgpack|chrome_trace)(\.gz)?", re.S)
 TRIAL = re.compile(r"trial(\d+)")
 DEEP = 10**6  # levels of the pure-Python decoder, for trees too deep for the C ones
 PROVENANCE = "triton torch backend_asked backend_used mode_asked mode_used run_id".split()
-
-
-class Refused(Exception):
-    """An input or output that will not be used; the message is one line."""
 
 
 def why(error: OSError) -> str:

@@ -12,11 +12,12 @@ import re
 import statistics
 import sys
 
+import msgspec
 import pytest
 
 import parse_hatchet as ph
 from conftest import ROOT, run
-from summary import compare
+from summary import Summary, compare
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TREE = FIXTURES / "h200-softmax-python.hatchet"  # make profile of the example, 20 + 1 launches
@@ -25,7 +26,25 @@ AMD = FIXTURES / "amd-gfx950-vecadd-shadow.hatchet"
 
 
 def summary(*paths):
-    return ph.summaries([str(p) for p in paths])[0][0].summary
+    return json.loads(ph.to_json(ph.summaries([str(p) for p in paths])[0][0].summary))
+
+
+def records(side):
+    """A side's summaries, given as summary.json's objects, as records."""
+    filled = [
+        {
+            "proton_artifact_dir": "",
+            **s,
+            "proton_kernels": [{"mean_us": None, "share": 0.0, **k} for k in s["proton_kernels"]],
+        }
+        for s in side
+    ]
+    return [msgspec.convert(s, Summary) for s in filled]
+
+
+def diff(base, now, *args):
+    """compare.diff of two sides given as summary.json's objects, as summary.json has it."""
+    return msgspec.to_builtins(compare.diff(records(base), records(now), *args))
 
 
 def strict_json(text):
@@ -176,7 +195,7 @@ REAL = FIXTURES / "h200-trials"  # make profile TRIALS=3 on the H200, around an 
 
 def sides(*paths):
     """Each path's summaries, one for each trial."""
-    return [[s.summary for s in ph.summaries([str(p)])[0]] for p in paths]
+    return [[json.loads(ph.to_json(s.summary)) for s in ph.summaries([str(p)])[0]] for p in paths]
 
 
 def rows(d):
@@ -209,7 +228,10 @@ def drawn(seed, factor=1.0):
     the real base run, with the spread its 3 real trials show (at least 1%); now's
     largest kernel x factor."""
     real = sides(REAL / "base")[0]
-    spread = {k["name"]: max(k["cv"], 0.01) for k in compare.trials(real)["kernels"]}
+    spread = {
+        k["name"]: max(k["cv"], 0.01)
+        for k in msgspec.to_builtins(compare.trials(records(real)))["kernels"]
+    }
     largest, rng = real[0]["proton_kernels"][0]["name"], random.Random(seed)
 
     def trial(f):
@@ -232,11 +254,11 @@ def test_an_a_a_run_passes_and_a_5_percent_slower_kernel_fails():
     # --min-ms 0: the 5% is 0.0064 ms of this kernel, under the default 0.01 ms.
     gate, quiet, caught = compare.Gate(fail_above=1, min_ms=0), 0, 0
     for seed in range(20):
-        d = compare.diff(*drawn(seed), "base", gate, True)
+        d = diff(*drawn(seed), "base", gate, True)
         quiet += not d["regressions"] and all(
             r["verdict"] not in ("slower", "faster") for r in rows(d)
         )
-        d = compare.diff(*drawn(seed, 1.05), "base", gate, True)
+        d = diff(*drawn(seed, 1.05), "base", gate, True)
         (k,) = [r for r in d["kernels"] if r["name"] == "softmax_kernel"]
         caught += k["verdict"] == "slower" and k["regression"]
     assert quiet >= 19 and caught >= 19, (quiet, caught)
@@ -300,7 +322,7 @@ def test_the_interval_is_welch_s_on_log_times():
     ],
 )
 def test_verdicts(base, now, verdict):
-    judged = compare.judged(base, now, 1, compare.Gate(fail_above=2, min_ms=0))
+    judged = compare.judge(base, now, 1, compare.Gate(fail_above=2, min_ms=0))
     assert judged["verdict"] == verdict
     assert judged["regression"] == (verdict == "slower")
 
@@ -379,7 +401,8 @@ def test_a_deleted_line_moves_no_call_site_onto_another(tmp_path):
 
 def site(line, kernel, ms=1.0):
     return {
-        "callsite": f"mine.py:{line} main",
+        "frames": [["mine.py", line, "main", 1]],
+        "source": None,
         "kernels": [{"name": kernel, "launches": 1, "ms": ms}],
         "ms": ms,
     }
@@ -389,7 +412,7 @@ def test_call_sites_tied_on_everything_are_ambiguous():
     k = {"name": "k", "readable_name": "k", "launches": 2, "total_ms": 2.0}
     base = [{"proton_kernels": [k], "proton_callsites": [site(10, "k"), site(30, "k")]}]
     now = [{"proton_kernels": [k], "proton_callsites": [site(20, "k", 2.0)]}]
-    d = compare.diff(base, now, "b", compare.Gate(), True)
+    d = diff(base, now, "b", compare.Gate(), True)
     verdicts = sorted((r["callsite"], r["verdict"], r["n_base"], r["n"]) for r in d["callsites"])
     # Lines 10 and 30 are as near 20: none of them is judged.
     assert verdicts == [
@@ -409,7 +432,7 @@ def test_call_sites_are_told_apart_by_kernels_then_lines():
     now = [
         {"proton_kernels": [k], "proton_callsites": [site(11, "k"), site(13, "k"), site(31, "k")]}
     ]
-    d = compare.diff(base, now, "b", compare.Gate(), True)
+    d = diff(base, now, "b", compare.Gate(), True)
     moved = ["mine.py:10->11 main", "mine.py:12->13 main", "mine.py:30->31 main"]
     assert sorted(r["callsite"] for r in d["callsites"]) == moved
 
@@ -490,7 +513,7 @@ def test_two_shapes_in_one_capture_stay_two_rows():
         },
     ]
     side = [{"proton_kernels": rows_}]
-    d = compare.diff(side, side, "b", compare.Gate(), True)
+    d = diff(side, side, "b", compare.Gate(), True)
     assert sorted(r["name"] for r in d["kernels"]) == ["k [4x8 float32]", "k [8x8 float32]"]
 
 

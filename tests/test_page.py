@@ -11,7 +11,7 @@ import pytest
 
 import parse_hatchet as ph
 from conftest import ROOT, run
-from summary import page
+from summary import from_json, page
 
 FIXTURES = ROOT / "tests" / "fixtures"
 HOOK = FIXTURES / "h200-softmax-python-hook.hatchet"
@@ -37,6 +37,11 @@ def summarized(tmp_path, *args):
         table = cli(*args, "--table")
         summary["headline"] = table.stdout.splitlines()[0]
     return summary
+
+
+def drawn(summary):
+    """The page of summary.json's object, read back into its records as --html does."""
+    return page.page(from_json(json.dumps(summary)))
 
 
 def cli(*args):
@@ -117,7 +122,7 @@ def test_the_headline_is_shown_verbatim_and_the_gate_in_its_words(tmp_path):
     trials = FIXTURES / "h200-trials"
     args = [trials / "slower", "--diff", trials / "base", "--fail-above", "5"]
     summary = summarized(tmp_path, *args)
-    html = page.page(summary)
+    html = drawn(summary)
     assert f'<h1 id="headline" class="fail">{escape(summary["headline"])}</h1>' in html
     stderr = cli(*args).stderr.splitlines()
     regressions = summary["proton_diff"]["regressions"]
@@ -142,14 +147,14 @@ def test_the_headline_is_shown_verbatim_and_the_gate_in_its_words(tmp_path):
 def test_a_gate_passed_is_said_so(tmp_path):
     trials = FIXTURES / "h200-trials"
     summary = summarized(tmp_path, trials / "base", "--diff", trials / "base", "--fail-above", "5")
-    html = page.page(summary)
+    html = drawn(summary)
     assert '<h1 id="headline" class="pass">' in html
     assert re.findall(r'<p class="gate">(.*?)</p>', html) == ["Gate: passed --fail-above 5."]
 
 
 def test_kernel_bars_keep_tuning_launches_apart(tmp_path):
     summary = summarized(tmp_path, FIXTURES / "h200-autotuned.hatchet.gz")
-    html = page.page(summary)
+    html = drawn(summary)
     own, tuning = figure_data(html, "kernels")[:2]
     assert tuning["name"].startswith("autotuning launches")
     axpy = tuning["y"][next(i for i, t in enumerate(tuning["text"]) if "+ 3325 tuning" in t)]
@@ -169,7 +174,7 @@ def test_percent_of_peak_and_of_the_ceiling_where_the_run_has_one(tmp_path):
     assert (
         top["l2_resident"] and top["pct_of_peak_bw"] > 1.4 and 0.9 < top["pct_of_ceiling_bw"] < 1.1
     )
-    bars = {t["name"]: t for t in figure_data(page.page(summary), "kernels")}
+    bars = {t["name"]: t for t in figure_data(drawn(summary), "kernels")}
     assert bars["% of the nominal peak"]["x"][0] == top["pct_of_peak_bw"]
     measured = bars["% of the measured ceiling"]
     assert measured["x"][0] == top["pct_of_ceiling_bw"]
@@ -179,7 +184,7 @@ def test_percent_of_peak_and_of_the_ceiling_where_the_run_has_one(tmp_path):
 def test_the_icicle_is_the_call_sites_tree_with_their_source_lines(tmp_path):
     summary = summarized(tmp_path, HOOK)
     summary["proton_callsites"][0]["source"] = "softmax_kernel[grid](y, x)"
-    (icicle,) = figure_data(page.page(summary), "callsites")
+    (icicle,) = figure_data(drawn(summary), "callsites")
     assert icicle["type"] == "icicle" and sum(icicle["values"]) == pytest.approx(
         sum(s["ms"] for s in summary["proton_callsites"])
     )
@@ -195,14 +200,14 @@ def test_timeline_bins_hold_each_call_site_s_kernel_time(tmp_path):
     for e in summary["proton_timeline"]:
         assert len(e["busy_by_bin"]) == 200
         assert sum(e["busy_by_bin"]) * e["bin_us"] / 1e3 == pytest.approx(e["kernel_ms"], rel=0.02)
-    html = page.page(summary)
+    html = drawn(summary)
     (strip,) = figure_data(html, "timeline")
     assert "bins of 10.3 us" in strip["y"][0] and "the host's launch cost bounds it" in html
 
 
 @pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
 def test_every_fixture_has_a_page(tmp_path, path):
-    html = page.page(summarized(tmp_path, path))
+    html = drawn(summarized(tmp_path, path))
     assert "Plotly.newPlot" in html and "<h2>" in html
 
 
@@ -236,13 +241,13 @@ def test_a_page_draws_at_most_its_largest_call_sites_and_ranks_and_counts_the_re
     summary = summarized(tmp_path, HOOK)
     site = summary["proton_callsites"][0]
     summary["proton_callsites"] = [
-        {**site, "callsite": f"mine.py:{i} f > mine.py:{i} g", "ms": 1.0 / (i + 1)}
+        {**site, "frames": [["mine.py", i, "f", 1], ["mine.py", i, "g", 1]], "ms": 1.0 / (i + 1)}
         for i in range(5000)
     ]
     summary["proton_ranks"] = [
         {"rank": r, "gpu_time_ms": 1.0, "kernel_count": 1, "files": []} for r in range(5000)
     ]
-    html = page.page(summary)
+    html = drawn(summary)
     assert len(html) < 6 * 2**20  # 4.6 MiB of plotly.js, and 200 of each drawn
     assert "and 4800 more call sites in summary.json" in html
     assert "and 4800 more ranks in summary.json" in html
