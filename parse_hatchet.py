@@ -40,49 +40,21 @@ from summary import (
     to_json,
     views,
 )
-from summary.run import AUTOTUNING, CAPTURED_AT, Run, five_keys, number, printable, short_names
-
-MAX_NAME = 100  # a kernel's readable name, at most (a C++ name's template arguments elided)
+from summary.run import (
+    AUTOTUNING,
+    CAPTURED_AT,
+    Run,
+    five_keys,
+    number,
+    printable,
+    readable,
+    short_names,
+)
 
 
 def say(message: str) -> None:
     if sys.stderr is not None:  # closed: print would fall back to stdout, into the JSON
         print(f"parse_hatchet: {printable(message)}", file=sys.stderr)
-
-
-def readable(name: str) -> str:
-    """A name as a table shows it: a C++ name demangled, without its return type and
-    parameters, its template arguments nested deeper than two levels (all, if still
-    long) shortened to <…>; any other name as it is."""
-    import cxxfilt
-
-    try:
-        text = cxxfilt.demangle(name)  # a name not starting _Z as it is
-    except (cxxfilt.Error, ValueError):  # not a C++ name after all, or not UTF-8
-        return name
-    if text != name and text.endswith(")"):  # the last balanced (...): parameters
-        depth = 0
-        for i in reversed(range(len(text))):
-            depth += {")": 1, "(": -1}.get(text[i], 0)
-            if depth == 0:
-                text = text[:i].removeprefix("void ")
-                break
-    short = elided(text, 2) if "<" in text else text
-    short = short if len(short) <= MAX_NAME else elided(text, 1)
-    return short if len(short) <= MAX_NAME else short[: MAX_NAME - 1] + "…"
-
-
-def elided(name: str, keep: int) -> str:
-    """name with template arguments nested keep or more levels deep as …"""
-    out, depth = [], 0
-    for ch in name:
-        depth -= ch == ">"
-        if depth < keep:
-            out.append(ch)
-        elif depth == keep and out[-1] != "…":
-            out.append("…")
-        depth += ch == "<"
-    return "".join(out).replace(" >", ">")
 
 
 class Summarized(NamedTuple):
@@ -435,7 +407,7 @@ def run(args: argparse.Namespace) -> int:
         raise Refused("-o, --folded and --html name one file")
     summary = done[0].summary
     if not problem and len(done) > 1:
-        summary.proton_trials = compare.trials([s.summary for s in done])
+        summary.proton_trials = views.trials([s.summary for s in done])
     if not problem and args.diff is not None:
         summary.proton_diff, problem = compare_with_base(args, found, done, inputs)
     if problem:  # the JSON to stdout, never over a good -o

@@ -144,25 +144,25 @@ class Row(Record, kw_only=True):
         return self.readable_name or self.callsite or ""
 
 
-class Comparison(Record, kw_only=True):
+class Comparison(Record, kw_only=True, omit_defaults=False):
     """proton_diff: a run against its base, row by row, and what the gate made of it."""
 
     base: str
     interleaved: bool
     alpha: float
     rows_judged: int
-    method: str
-    same: float
-    fail_above: float | None
-    min_ms: float
-    total: Row
-    kernels: list[Row]
-    callsites: list[Row]
-    regressions: list[str]
-    caveats: list[str]
+    method: str = ""
+    same: float = 2.0
+    fail_above: float | None = None
+    min_ms: float = 0.01
+    total: Row | None = None
+    kernels: list[Row] = []
+    callsites: list[Row] = []
+    regressions: list[str] = []
+    caveats: list[str] = []
     devices_differ: bool = False
-    first_line: str
-    gate: list[str]  # the gate's outcome, then each regression as stderr names it
+    first_line: str = ""
+    gate: list[str] = []  # the gate's outcome, then each regression as stderr names it
 
 
 class Summary(Record, kw_only=True, omit_defaults=False):

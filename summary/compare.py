@@ -1,15 +1,10 @@
-"""Did it get better: a run of trials' spread, and a run against an earlier one, each row
-(the GPU time, each kernel, each call site) with a verdict weighed against the trials'
-noise, and a gate for CI that agrees with it.
-
-Each side is a list of summaries (summary.Summary), one for each trial. A row's time in a
-trial is its total ms there. Launches under Triton's autotuner (autotuning call sites) are
-rows of their own, apart from their kernels' times and the GPU time's, and never gated.
-The rules are docs/summary.md's "Compare" and "The first line and the headline".
-
-In order: a run of trials; what each side ran; matching rows by what they are; the rule;
-the comparison; whether two runs compare at all; what it says.
-"""
+"""Did it get better: a run against an earlier one, each row (the GPU time, each kernel,
+each call site) with a verdict weighed against the trials' noise, and a gate for CI that
+agrees with it. Each side is a list of summaries (summary.Summary), one a trial; a row's
+time in a trial is its total ms there. Launches by Triton's autotuner are rows of their
+own, never gated. The rules: docs/summary.md's "Compare" and "The first line and the
+headline". In order: what each side ran; matching rows; the rule; the comparison; whether
+two runs compare at all; what it says."""
 
 import heapq
 import itertools
@@ -19,7 +14,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from summary import CallSite, Comparison, Row, Spread, Summary, Trials
+from summary import CallSite, Comparison, Row, Summary
 
 ALPHA = 0.05  # of all rows together: simultaneous 95% intervals
 ONE_RUN = "one run a side: no noise, the gate judges the change alone"
@@ -37,27 +32,6 @@ class Gate(NamedTuple):
         return self.same if self.fail_above is None else min(self.same, self.fail_above)
 
 
-def spread(times: list) -> dict:
-    """mean, min and max ms across trials, and the coefficient of variation (None for one
-    trial, or a mean of 0)."""
-    mean = statistics.fmean(times)
-    cv = statistics.stdev(times) / mean if len(times) > 1 and mean else None
-    return {"mean_ms": mean, "min_ms": min(times), "max_ms": max(times), "cv": cv}
-
-
-def trials(summaries: list[Summary]) -> Trials:
-    """proton_trials: n, and each kernel's time per trial across trials, the largest first."""
-    times, names = {}, {}
-    for i, summary in enumerate(summaries):
-        for k in summary.proton_kernels:
-            times.setdefault(k.name, [0.0] * len(summaries))[i] += k.total_ms
-            names.setdefault(k.name, k.readable_name)
-    rows = [
-        Spread(name=n, readable_name=names[n], **spread(t), times_ms=t) for n, t in times.items()
-    ]
-    return Trials(n=len(summaries), kernels=sorted(rows, key=lambda r: r.mean_ms, reverse=True))
-
-
 def kernel_times(side: list[Summary]) -> dict:
     """Each kernel's (record, ms per trial) outside the autotuner; a kernel launched only by
     the tuner is none."""
@@ -71,8 +45,7 @@ def kernel_times(side: list[Summary]) -> dict:
 
 
 class Site(NamedTuple):
-    """A call site across a side's trials: the record of the first, its kernels' names
-    in any trial (shapes apart), its ms in each."""
+    """A call site across a side's trials: its record, kernels (shapes apart), ms in each."""
 
     site: CallSite
     kernels: frozenset
@@ -85,8 +58,8 @@ def site_times(side: list[Summary]) -> dict:
     for i, summary in enumerate(side):
         for site in summary.proton_callsites:
             names = frozenset(kernel_key(k.name) for k in site.kernels)
-            key = (*frames(site), site.autotuning, site.replayed_at is None, site.outer_frames)
-            entry = out.get(key) or out.setdefault(key, Site(site, names, [0.0] * len(side)))
+            key = (*site_key(site), tuple(f.line for f in frames(site)))
+            entry = out.setdefault(key, Site(site, names, [0.0] * len(side)))
             out[key] = entry._replace(kernels=entry.kernels | names)
             entry.times[i] += site.ms
     return out
@@ -106,11 +79,10 @@ def shape(name: str) -> str:
     return name[len(kernel_key(name)) :].strip(" []")
 
 
-def site_key(site: Site) -> tuple:
-    """A call site's files and functions, its lines apart."""
-    s = site.site
+def site_key(s: CallSite) -> tuple:
+    """A call site's files and functions (and its replay site's), its lines apart."""
     where = tuple((f.file, f.function, f.repeats) for f in frames(s))
-    return where, s.autotuning, s.replayed_at is None, s.outer_frames
+    return where, len(s.frames), s.replayed_at is None, s.autotuning, s.outer_frames
 
 
 def lines(site: Site) -> tuple:
@@ -150,7 +122,7 @@ def matched_sites(before: dict, after: dict) -> tuple[list, list]:
     groups = {}
     for i, side in enumerate((before, after)):
         for site in side.values():
-            groups.setdefault(site_key(site), ([], []))[i].append(site)
+            groups.setdefault(site_key(site.site), ([], []))[i].append(site)
     pairs, tied = [], []
     for old, new in groups.values():
         by_kernels = {}
@@ -219,15 +191,12 @@ def t_quantile(p: float, v: float) -> float:
     if v < 6:  # the tail ~ v^(v/2 - 1/2) t^-v / B(v/2, 1/2)
         t = math.exp(((v - 1) / 2 * math.log(v) - log_b - math.log(q)) / v)
     else:
-        g = [
-            (z**3 + z) / 4,
-            (5 * z**5 + 16 * z**3 + 3 * z) / 96,
-            (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
-            (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
-        ]
+        g = [(z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96]
+        g += [(3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384]
+        g += [(79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160]
         t = z + sum(gi / v ** (i + 1) for i, gi in enumerate(g))
     for _ in range(50):
-        tail = beta_fraction(v / 2, 0.5, t, v, log_b) / 2
+        tail = upper_tail(t, v, log_b)
         density = math.exp(-(v + 1) / 2 * math.log1p(t * t / v) - 0.5 * math.log(v) - log_b)
         step = (math.log(tail) - math.log(q)) * tail / (density * t)
         t *= math.exp(step)
@@ -245,25 +214,22 @@ def log_beta_half(a: float) -> float:
     return math.lgamma(0.5) - series - 17 / (14336 * a**7)
 
 
-def beta_fraction(a: float, b: float, t: float, v: float, log_b: float) -> float:
-    """The regularized incomplete beta I_x(a, b) at x = v / (v + t^2) by its continued
-    fraction (modified Lentz; Numerical Recipes' betacf), which converges fast for x below
-    (a + 1) / (a + b + 2), as in a tail; log_b: ln B(a, b)."""
-    x, log_x = v / (v + t * t), -math.log1p(t * t / v)
-    front = math.exp(a * log_x + b * (2 * math.log(t) - math.log(v + t * t)) - log_b) / a
-    c, d = 1.0, 1 / (1 - (a + b) * x / (a + 1))
+def upper_tail(t: float, v: float, log_b: float) -> float:
+    """Student's upper tail at t, I_x(v/2, 1/2) / 2 at x = v / (v + t^2), by the incomplete
+    beta's continued fraction (modified Lentz; Numerical Recipes' betacf), fast for x below
+    (a + 1) / (a + 3/2), as in a tail; log_b: ln B(v/2, 1/2)."""
+    a, x = v / 2, v / (v + t * t)
+    front = math.exp(-a * math.log1p(t * t / v) + math.log(t / math.sqrt(v + t * t)) - log_b)
+    c, d = 1.0, 1 / (1 - (a + 0.5) * x / (a + 1))
     f = d
     for m in range(1, 10_000):
-        for num in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1 / (1 + num * d)
-            c = 1 + num / c
+        even = m * (0.5 - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        for num in (even, -(a + m) * (a + 0.5 + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d, c = 1 / (1 + num * d), 1 + num / c
             f *= c * d
         if abs(c * d - 1) < 1e-16:
             break
-    return front * f
+    return front * f / a / 2
 
 
 def interval(base: list, now: list, m: int) -> tuple:
@@ -337,28 +303,15 @@ def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False
         what = site_names(x, None) if x else site_names(None, y)
         site = row(what, x and x.times, y and y.times, m, gate)
         site_rows.append(msgspec.structs.replace(site, verdict="ambiguous"))
-    caveats = [] if interleaved else ["not interleaved"]
-    one_run = min(len(base), len(now)) == 1
-    caveats += [ONE_RUN] if one_run else []
-    caveats += [f"{d} (--any-device)"] if (d := devices(base, now)) else []
-    out = Comparison(
-        base=name,
-        interleaved=interleaved,
-        alpha=ALPHA,
-        rows_judged=m,
-        method="one run" if one_run else "welch log bonferroni",
-        same=gate.same,
-        fail_above=gate.fail_above,
-        min_ms=gate.min_ms,
-        total=row({"name": "GPU time", "readable_name": "GPU time"}, *totals, m, gate),
-        kernels=ordered(rows),
-        callsites=ordered(site_rows),
-        regressions=[],
-        caveats=caveats,
-        devices_differ=bool(d),
-        first_line="",
-        gate=[],
-    )
+    one_run, differ = min(len(base), len(now)) == 1, devices(base, now)
+    caveats = ["not interleaved"] * (not interleaved) + [ONE_RUN] * one_run
+    caveats += [f"{differ} (--any-device)"] if differ else []
+    total = row({"name": "GPU time", "readable_name": "GPU time"}, *totals, m, gate)
+    method = "one run" if one_run else "welch log bonferroni"
+    out = Comparison(base=name, interleaved=interleaved, alpha=ALPHA, rows_judged=m)
+    out = msgspec.structs.replace(out, method=method, **gate._asdict(), total=total)
+    out.kernels, out.callsites = ordered(rows), ordered(site_rows)
+    out.caveats, out.devices_differ = caveats, bool(differ)
     out.regressions = [r.label() for r in chosen(out, lambda r: r.regression)]
     out.first_line, out.gate = story(out, gate), gate_lines(out)
     return out
@@ -406,11 +359,8 @@ def kernel_names(before: object, after: object) -> dict:
 def site_names(old: Site | None, new: Site | None) -> dict:
     """A call site as now shown, each line an edit moved shown as old->new."""
     site = (new or old).site
-    what = {"tuning": site.autotuning} if site.autotuning else {}
-    if old is None or new is None:
-        return {"callsite": site.callsite, **what}
-    texts = site.frame_texts(lines(old))
-    return {"callsite": " > ".join(texts), **what}
+    text = " > ".join(site.frame_texts(lines(old) if old and new else ()))
+    return {"callsite": text, "tuning": site.autotuning}
 
 
 def device(side: list) -> str | None:
@@ -429,23 +379,19 @@ def devices(base: list, now: list) -> str | None:
     return f"devices differ: {was} against {is_}" if was and is_ and was != is_ else None
 
 
-def rank_counts(side: list) -> set:
-    """The number of ranks each of a side's summaries read (1: no rank in the names)."""
-    return {len(s.proton_ranks) if s.proton_ranks else 1 for s in side}
-
-
 def refusal(base: list, now: list, interleaved: bool, any_device: bool) -> str | None:
     """Why base and now cannot be compared: other numbers of ranks (summed, they would
     read as a change), other devices (unless any_device), or, where they were not
     interleaved, nothing in common; else None."""
-    counts = [rank_counts(side) for side in (base, now)]
+    counts = [{len(s.proton_ranks or [0]) for s in side} for side in (base, now)]  # 1: no ranks
     if len(counts[0] | counts[1]) > 1:
         was, is_ = ("/".join(map(str, sorted(c))) for c in counts)
         return f"ranks differ: {was} in the base, {is_} now; summed, they would read as a change"
     if not any_device and (differ := devices(base, now)):
         return f"{differ}: --any-device compares them anyway"
     keys = [
-        {kernel_key(k) for k in kernel_times(side)} | set(map(site_key, site_times(side).values()))
+        {kernel_key(k) for k in kernel_times(side)}
+        | {site_key(s.site) for s in site_times(side).values()}
         for side in (base, now)
     ]
     return None if interleaved or keys[0] & keys[1] else "no kernel or call site in common"
@@ -457,7 +403,7 @@ def unfit(base: list) -> str | None:
     unread = [u for s in base for u in s.proton_unread or [] if "same_as" not in u]
     if unread:
         return f"not every capture was read ({unread[0]['file']}: {unread[0]['why']})"
-    return None if base[0].proton_gpu_time_ms else "no timed kernel to compare with (scopes only)"
+    return None if base[0].proton_kernels else "no timed kernel to compare with (scopes only)"
 
 
 def story(d: Comparison, gate: Gate) -> str:

@@ -20,8 +20,8 @@ from plotly.colors import make_colorscale, sequential
 from summary import Kernel, Row, Summary
 from summary.text import rank_notes
 
-AORTA_KEYS = "proton_kernel_count proton_gpu_time_ms proton_top_kernel_ms proton_top_kernels "
-AORTA_KEYS = (*AORTA_KEYS.split(), "proton_artifact_dir")
+AORTA_KEYS = ("proton_kernel_count", "proton_gpu_time_ms", "proton_top_kernel_ms")
+AORTA_KEYS += ("proton_top_kernels", "proton_artifact_dir")
 TOP = 30  # rows of a figure of bars or points; the caption counts the rest
 SITES = 40  # call sites drawn on the timeline
 MOST = 200  # call sites in the icicle, ranks in their bars: a page's size is bounded

@@ -36,6 +36,7 @@ LIBRARY_ROOTS = tuple(
 )
 CAPTURED_AT, AUTOTUNING = "<captured_at>", "<autotuning>"  # links of chains, not frames
 CAPTURED, AUTOTUNED = (CAPTURED_AT, 0, ""), (AUTOTUNING, 0, "")  # as frames, one object each
+MAX_NAME = 100  # a kernel's readable name, at most (a C++ name's template arguments elided)
 MAX_FRAMES = 200  # a call site shows its innermost frames (Python's stacks stop near 1,000)
 # The metrics Proton's launch hook records from a kernel's launch_metadata.
 ROOFLINE = ("bytes", "flops", "flops8", "flops16", "flops32", "flops64")
@@ -272,6 +273,41 @@ def short_names(files: set) -> dict:
         shared = max((len(os.path.commonprefix([parts, o])) for o in near), default=0)
         names[file] = "/".join(parts[: 1 + shared][::-1])
     return names
+
+
+def readable(name: str) -> str:
+    """A name as a table shows it: a C++ name demangled, without its return type and
+    parameters, its template arguments nested deeper than two levels (all, if still
+    long) shortened to <…>; any other name as it is."""
+    import cxxfilt
+
+    try:
+        text = cxxfilt.demangle(name)  # a name not starting _Z as it is
+    except (cxxfilt.Error, ValueError):  # not a C++ name after all, or not UTF-8
+        return name
+    if text != name and text.endswith(")"):  # the last balanced (...): parameters
+        depth = 0
+        for i in reversed(range(len(text))):
+            depth += {")": 1, "(": -1}.get(text[i], 0)
+            if depth == 0:
+                text = text[:i].removeprefix("void ")
+                break
+    short = elided(text, 2) if "<" in text else text
+    short = short if len(short) <= MAX_NAME else elided(text, 1)
+    return short if len(short) <= MAX_NAME else short[: MAX_NAME - 1] + "…"
+
+
+def elided(name: str, keep: int) -> str:
+    """name with template arguments nested keep or more levels deep as …"""
+    out, depth = [], 0
+    for ch in name:
+        depth -= ch == ">"
+        if depth < keep:
+            out.append(ch)
+        elif depth == keep and out[-1] != "…":
+            out.append("…")
+        depth += ch == "<"
+    return "".join(out).replace(" >", ">")
 
 
 @functools.cache

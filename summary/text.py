@@ -2,6 +2,7 @@
 tables and Markdown, drawn from the records (summary.Summary) as they are, names escaped."""
 
 import math
+import os
 
 from msgspec import UNSET
 
@@ -171,7 +172,7 @@ def ranks_table(summary: Summary, top: int) -> list:
         if skew and "first_kernel_start_ns" in r:
             first, last = r["first_kernel_start_ns"] - zero, r["last_kernel_end_ns"] - zero
             at = f" {first / 1e6:9.3f} {last / 1e6:9.3f}"
-        files = ", ".join(f.rsplit("/", 1)[-1] for f in r["files"])
+        files = ", ".join(os.path.basename(f) for f in r["files"])
         lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}{at}  {files}")
     clock = ["first and last ms: a rank's first kernel start and last end, from the earliest"]
     return lines + rank_notes(summary) + (clock if skew else [])

@@ -5,8 +5,9 @@ ranks, scopes inside kernels, and folded stacks. Each returns what it adds; each
 a list of lines, escaped by its caller."""
 
 from collections import Counter
-from statistics import median, quantiles
+from statistics import fmean, median, quantiles, stdev
 
+from summary import Spread, Summary, Trials
 from summary.run import Capture, Launches, Run, number, peak, printable
 
 LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host's launch cost
@@ -35,6 +36,27 @@ def measure(run: Run, sites: dict) -> dict:
         rows = [{"scope": n, "cpu_ms": c, "gpu_ms": g} for n, (c, g) in run.capture.cpu.items()]
         out["proton_cpu_scopes"] = sorted(rows, key=lambda row: row["cpu_ms"], reverse=True)
     return out
+
+
+def spread(times: list) -> dict:
+    """mean, min and max ms across trials, and the coefficient of variation (None for one
+    trial, or a mean of 0)."""
+    mean = fmean(times)
+    cv = stdev(times) / mean if len(times) > 1 and mean else None
+    return {"mean_ms": mean, "min_ms": min(times), "max_ms": max(times), "cv": cv}
+
+
+def trials(summaries: list[Summary]) -> Trials:
+    """proton_trials: n, and each kernel's time per trial across trials, the largest first."""
+    times, names = {}, {}
+    for i, summary in enumerate(summaries):
+        for k in summary.proton_kernels:
+            times.setdefault(k.name, [0.0] * len(summaries))[i] += k.total_ms
+            names.setdefault(k.name, k.readable_name)
+    rows = [
+        Spread(name=n, readable_name=names[n], **spread(t), times_ms=t) for n, t in times.items()
+    ]
+    return Trials(n=len(summaries), kernels=sorted(rows, key=lambda r: r.mean_ms, reverse=True))
 
 
 def device_of(k: Launches, devices: dict) -> dict | None:

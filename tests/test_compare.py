@@ -11,13 +11,14 @@ import random
 import re
 import statistics
 import sys
+import time
 
 import msgspec
 import pytest
 
 import parse_hatchet as ph
 from conftest import ROOT, run
-from summary import Summary, compare
+from summary import Summary, compare, views
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TREE = FIXTURES / "h200-softmax-python.hatchet"  # make profile of the example, 20 + 1 launches
@@ -185,7 +186,7 @@ def test_trials_report_each_kernel_s_spread_across_them_and_trial1_s_keys(tmp_pa
 
 
 def test_a_single_trial_has_no_cv():
-    assert compare.spread([0.5])["cv"] is None
+    assert views.spread([0.5])["cv"] is None
 
 
 # Compare: rows matched by what they are, the verdict, the gate.
@@ -230,7 +231,7 @@ def drawn(seed, factor=1.0):
     real = sides(REAL / "base")[0]
     spread = {
         k["name"]: max(k["cv"], 0.01)
-        for k in msgspec.to_builtins(compare.trials(records(real)))["kernels"]
+        for k in msgspec.to_builtins(views.trials(records(real)))["kernels"]
     }
     largest, rng = real[0]["proton_kernels"][0]["name"], random.Random(seed)
 
@@ -582,6 +583,8 @@ def test_autotuning_launches_are_a_call_site_of_their_own(tmp_path):
         "mine.py:30 <module> > mine.py:12 main": 10,
         "mine.py:30 <module> > mine.py:12 main [autotuning]": 100,
     }
+    (tuning,) = [c for c in s["proton_callsites"] if c.get("autotuning")]
+    assert tuning["frames"] == [["mine.py", 30, "<module>", 1], ["mine.py", 12, "main", 1]]
     assert s["proton_kernel_count"] == 110  # aorta's keys: every leaf
 
 
@@ -663,3 +666,73 @@ def test_the_first_line_names_the_band_the_rows_were_judged_at():
     assert json.loads(p.stdout)["proton_diff"]["first_line"].startswith(
         "no change beyond the noise and 1% (11 rows judged)"
     )
+
+
+def test_runs_of_other_rank_counts_are_refused_in_one_line(tmp_path):
+    # Summed, two ranks against one read as 2x slower: refused, never judged.
+    two = FIXTURES / "h200-two-ranks"
+    p = cli(two, "--diff", two / "proton.rank0.hatchet", "--fail-above", "5")
+    (error,) = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stdout == ""
+    assert "ranks differ: 1 in the base, 2 now" in error
+    assert cli(two, "--diff", two, "--fail-above", "5").returncode == 0
+
+
+def test_a_new_kernel_that_moves_the_gpu_time_most_is_in_the_first_line(tmp_path):
+    # A call site 5% faster, and a new kernel at a new call site that adds more.
+    loop = ["/workspace/mine.py:20@main"]
+    base = capture(tmp_path / "base.hatchet", (MAIN + loop, "loop", 1.0))
+    extra = MAIN + ["/workspace/mine.py:40@more"]
+    now = capture(tmp_path / "now.hatchet", (MAIN + loop, "loop", 0.95), (extra, "extra", 0.2))
+    d = json.loads(cli(now, "--diff", base).stdout)["proton_diff"]
+    assert d["total"]["verdict"] == "slower"
+    assert "; extra: new (0.000 -> 0.200 ms)" in d["first_line"]
+
+
+def test_matching_call_sites_grows_as_n_log_n():
+    # Sites of one file and function, each side's lines shifted and kernels varied: 4x the
+    # sites costs about 4x the time (quadratic matching would cost 16x).
+    def side(n, shift):
+        sites = [
+            {
+                "frames": [["mine.py", 3 * i + shift, "main", 1]],
+                "source": None,
+                "kernels": [{"name": f"k{i % 7}", "launches": 1, "ms": 1.0}],
+                "ms": 1.0,
+            }
+            for i in range(n)
+        ]
+        return records([{"proton_kernels": [], "proton_callsites": sites}])
+
+    def seconds(n):
+        sides = [compare.site_times(side(n, shift)) for shift in (0, 1)]
+        start = time.perf_counter()
+        pairs, tied = compare.matched_sites(*sides)
+        assert len(pairs) == n and not tied
+        return time.perf_counter() - start
+
+    small, large = min(seconds(500) for _ in range(3)), min(seconds(2000) for _ in range(3))
+    assert large < 1.0 and large / small < 8, (small, large)
+
+
+def test_t_quantiles_match_mpmath_to_1e_12_and_are_fast():
+    from mpmath import betainc, findroot, mp, mpf
+
+    rng = random.Random(3)
+    cases = [(rng.randint(1, 10_000), rng.choice([1, 2, 3])) for _ in range(60)]
+    cases = [(m, rng.uniform(1, 10) if k == 1 else rng.randint(1, 10_000)) for m, k in cases]
+    cases += [(m, v) for m in (1, 11, 10_000) for v in (1, 1.5, 2, 5.5, 6, 30, 10_000)]
+    mp.dps = 30
+
+    def exact(p, v, near):  # the t whose upper tail is 1 - p, by mpmath
+        v = mpf(v)
+        tail = lambda x: betainc(v / 2, 0.5, 0, v / (v + x * x), regularized=True) / 2  # noqa: E731
+        return findroot(lambda x: tail(x) - (1 - mpf(p)), mpf(near))
+
+    for m, v in cases:
+        t = compare.t_quantile(1 - 0.025 / m, v)
+        assert abs(t - exact(1 - 0.025 / m, v, t)) <= 1e-12 * t, (m, v)
+    start = time.perf_counter()
+    for i in range(1000):
+        compare.t_quantile(1 - 0.025 / (1 + i * 10), 1 + i * 9.99)
+    assert time.perf_counter() - start < 0.1 * 3  # 0.1 s here; a loaded machine slower

@@ -2,6 +2,7 @@
 as every output is, self-contained, showing what summary.json says, of a size that opens
 on a large trace. tests/test_page_browser.py looks at it in a real browser."""
 
+import ast
 import json
 import re
 import sys
@@ -251,3 +252,43 @@ def test_a_page_draws_at_most_its_largest_call_sites_and_ranks_and_counts_the_re
     assert len(html) < 6 * 2**20  # 4.6 MiB of plotly.js, and 200 of each drawn
     assert "and 4800 more call sites in summary.json" in html
     assert "and 4800 more ranks in summary.json" in html
+
+
+@pytest.mark.parametrize("module", ["summary/text.py", "summary/page.py"])
+def test_renderers_read_records_and_parse_no_text(module):
+    # The text table, Markdown and page draw what the records hold: none imports the
+    # comparison's or the views' logic, uses re, or splits a call site's text apart.
+    tree = ast.parse((ROOT / module).read_text())
+    imported = {
+        alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names
+    }
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not imported & {"re", "summary.compare", "summary.views", "summary.run"} - {
+        "summary.run" if module.endswith("text.py") else ""
+    }
+    calls = {
+        n.func.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    }
+    assert not calls & {"split", "rsplit", "partition", "rpartition", "findall", "sub"}
+
+
+@pytest.mark.parametrize("run_", RUNS, ids=[str(p.relative_to(FIXTURES)) for p in RUNS])
+def test_summary_json_reads_back_into_the_records_it_was_written_from(run_, tmp_path):
+    done, problem, _ = ph.summaries([str(run_)])
+    written = ph.to_json(done[0].summary)
+    assert problem is None and ph.to_json(from_json(written)) == written
+
+
+def test_a_saved_summary_draws_its_page_and_compares(tmp_path):
+    saved = tmp_path / "summary.json"
+    assert ph.main([str(HOOK), "-o", str(saved)]) == 0
+    p = cli(saved, "--html", tmp_path / "p.html", "--table")
+    assert p.returncode == 0 and p.stdout == cli(HOOK, "--table").stdout
+    assert 'id="callsites"' in (tmp_path / "p.html").read_text()
+    p = cli(HOOK, "--diff", saved, "--table")
+    assert p.returncode == 0 and p.stdout.startswith("no change beyond the noise")
+    (tmp_path / "bad.json").write_text("[1]")
+    p = cli(tmp_path / "bad.json")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a summary.json" in p.stderr

@@ -16,7 +16,7 @@ import pytest
 import parse_hatchet as ph
 from conftest import ROOT, run
 from summary import Summary, files, text
-from summary.run import MAX_FRAMES, frame_of, short_names
+from summary.run import MAX_FRAMES, frame_of, readable, short_names
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -202,7 +202,7 @@ def test_callsites_collapse_library_frames(tmp_path):
     ],
 )
 def test_readable_names(raw, short):
-    assert ph.readable(raw) == short
+    assert readable(raw) == short
 
 
 # The command line.
@@ -940,6 +940,10 @@ def test_graph_replays_are_attributed_to_the_capture_site():
         "graph.py:20 main [a CUDA graph captured here, replayed at graph.py:30 <module> > "
         "graph.py:25 main]": 50,
     }
+    # The frames as data: where it was captured, and where it was replayed, apart.
+    (replayed,) = [c for c in s["proton_callsites"] if "replayed_at" in c]
+    assert replayed["frames"] == [["graph.py", 20, "main", 1]]
+    assert replayed["replayed_at"] == [["graph.py", 30, "<module>", 1], ["graph.py", 25, "main", 1]]
     assert "a CUDA graph captured here" in text.table(msgspec.convert(s, Summary), 5)
 
 
