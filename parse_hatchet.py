@@ -44,10 +44,10 @@ from summary.run import (
     AUTOTUNING,
     CAPTURED_AT,
     Run,
+    demangle,
     five_keys,
     number,
     printable,
-    readable,
     short_names,
 )
 
@@ -132,7 +132,7 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
         say(f"combined {len(run.read)} captures: {', '.join(map(str, run.read))}")
     unread += missing_ranks(run, inputs.world_size)
     launches = run.capture.kernels
-    names = {name: readable(name) for name in launches}
+    names = {name: demangle(name) for name in launches}
     sites = callsites(run, names)
     tuning = {}  # name -> [ms, launches] of the autotuner's
     for site in sites.values():
@@ -149,7 +149,7 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
             mean_us=k.ms * 1e3 / k.launches if k.launches else None,
             share=k.ms / gpu_ms if gpu_ms else 0.0,
             **dict(zip(("tuning_ms", "tuning_launches"), tuning.get(name, (0.0, 0)), strict=True)),
-            **views.rates(k, run.devices, inputs.ceilings),
+            **views.measure_rates(k, run.devices, inputs.ceilings),
         )
         for name, k in sorted(launches.items(), key=lambda item: item[1].ms, reverse=True)
     ]
@@ -247,7 +247,7 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def whole(text: str, most: int = 10**9) -> int:
+def parse_count(text: str, most: int = 10**9) -> int:
     if not (text.isdecimal() and len(text) < 10 and 1 <= int(text) <= most):
         raise argparse.ArgumentTypeError(
             f"expected a whole number from 1 to {most}, got {text[:30]!r}"
@@ -255,7 +255,7 @@ def whole(text: str, most: int = 10**9) -> int:
     return int(text)
 
 
-def percent(text: str) -> float:
+def parse_percent(text: str) -> float:
     value = number(text)
     if value is None or not 0 <= value < 1e15:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text[:30]!r}")
@@ -267,16 +267,18 @@ def parser() -> Parser:
     p.add_argument("paths", nargs="+", metavar="PATH", help="capture files, or folders")
     p.add_argument("-o", "--output", metavar="FILE", help="write the JSON here (-: stdout)")
     p.add_argument("--table", action="store_true", help="print tables, not JSON")
-    p.add_argument("--top", type=whole, default=10, metavar="N", help="rows of each table")
+    p.add_argument("--top", type=parse_count, default=10, metavar="N", help="rows of each table")
     p.add_argument("--folded", metavar="FILE", help="also write folded stacks here")
     p.add_argument("--html", metavar="FILE", help="also write the summary's page here")
-    ranks = functools.partial(whole, most=2**16)
+    ranks = functools.partial(parse_count, most=2**16)
     p.add_argument("--world-size", type=ranks, metavar="N", help="ranks 0 to N-1 are expected")
     p.add_argument("--ceiling", metavar="PATH", help="measured ceilings: a file or folder")
     p.add_argument("--diff", metavar="BASE", help="compare with this earlier run or capture")
-    p.add_argument("--fail-above", type=percent, metavar="PCT", help="exit 3 past it")
-    p.add_argument("--min-ms", type=percent, metavar="MS", help="a regression grew this (0.01)")
-    p.add_argument("--same", type=percent, metavar="PCT", help="within it: same (2)")
+    p.add_argument("--fail-above", type=parse_percent, metavar="PCT", help="exit 3 past it")
+    p.add_argument(
+        "--min-ms", type=parse_percent, metavar="MS", help="a regression grew this (0.01)"
+    )
+    p.add_argument("--same", type=parse_percent, metavar="PCT", help="within it: same (2)")
     p.add_argument("--any-device", action="store_true", help="compare across devices")
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison here")
     return p
@@ -388,10 +390,10 @@ def compare_with_base(
         raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds others")
     inputs |= set(base_found.seen)
     sides = [[s.summary for s in side] for side in (base, done)]
-    if problem := problem or compare.unfit(sides[0]):
+    if problem := problem or compare.find_unfit_base(sides[0]):
         return UNSET, f"--diff {args.diff[:200]}: {problem}"
     ab = interleaved(args.paths, args.diff)
-    if refused := compare.refusal(*sides, ab, args.any_device):
+    if refused := compare.find_refusal(*sides, ab, args.any_device):
         raise Refused(f"--diff {args.diff[:200]}: {refused}")
     given = {k: getattr(args, k) for k in compare.Gate._fields}
     gate = compare.Gate(**{k: v for k, v in given.items() if v is not None})
@@ -407,7 +409,7 @@ def run(args: argparse.Namespace) -> int:
         raise Refused("-o, --folded and --html name one file")
     summary = done[0].summary
     if not problem and len(done) > 1:
-        summary.proton_trials = views.trials([s.summary for s in done])
+        summary.proton_trials = views.spread_trials([s.summary for s in done])
     if not problem and args.diff is not None:
         summary.proton_diff, problem = compare_with_base(args, found, done, inputs)
     if problem:  # the JSON to stdout, never over a good -o
@@ -425,7 +427,7 @@ def run(args: argparse.Namespace) -> int:
     if args.folded is not None:
         names = {k.name: k.readable_name for k in summary.proton_kernels}
         files.write_output(
-            args.folded, views.folded(done[0].run.capture, done[0].sites, names), inputs
+            args.folded, views.fold_stacks(done[0].run.capture, done[0].sites, names), inputs
         )
     write_page(args.html, summary, inputs)
     if args.table:

@@ -295,29 +295,33 @@ def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False
         for k, s in zip(kernels, (base, now), strict=True)
     ]
     rows = [
-        row(kernel_names(*(p and p[0] for p in pair)), *(p and p[1] for p in pair), m, gate)
+        build_row(
+            name_kernel_row(*(p and p[0] for p in pair)), *(p and p[1] for p in pair), m, gate
+        )
         for pair in pairs
     ]
-    site_rows = [row(site_names(*pair), *(s and s.times for s in pair), m, gate) for pair in sites]
+    site_rows = [
+        build_row(name_site_row(*pair), *(s and s.times for s in pair), m, gate) for pair in sites
+    ]
     for x, y in tied:
-        what = site_names(x, None) if x else site_names(None, y)
-        site = row(what, x and x.times, y and y.times, m, gate)
+        what = name_site_row(x, None) if x else name_site_row(None, y)
+        site = build_row(what, x and x.times, y and y.times, m, gate)
         site_rows.append(msgspec.structs.replace(site, verdict="ambiguous"))
-    one_run, differ = min(len(base), len(now)) == 1, devices(base, now)
+    one_run, differ = min(len(base), len(now)) == 1, find_device_difference(base, now)
     caveats = ["not interleaved"] * (not interleaved) + [ONE_RUN] * one_run
     caveats += [f"{differ} (--any-device)"] if differ else []
-    total = row({"name": "GPU time", "readable_name": "GPU time"}, *totals, m, gate)
+    total = build_row({"name": "GPU time", "readable_name": "GPU time"}, *totals, m, gate)
     method = "one run" if one_run else "welch log bonferroni"
     out = Comparison(base=name, interleaved=interleaved, alpha=ALPHA, rows_judged=m)
     out = msgspec.structs.replace(out, method=method, **gate._asdict(), total=total)
-    out.kernels, out.callsites = ordered(rows), ordered(site_rows)
+    out.kernels, out.callsites = sort_by_change(rows), sort_by_change(site_rows)
     out.caveats, out.devices_differ = caveats, bool(differ)
-    out.regressions = [r.label() for r in chosen(out, lambda r: r.regression)]
-    out.first_line, out.gate = story(out, gate), gate_lines(out)
+    out.regressions = [r.label() for r in select_rows(out, lambda r: r.regression)]
+    out.first_line, out.gate = write_first_line(out, gate), write_gate_lines(out)
     return out
 
 
-def row(what: dict, base: list | None, now: list | None, m: int, gate: Gate) -> Row:
+def build_row(what: dict, base: list | None, now: list | None, m: int, gate: Gate) -> Row:
     """A row: its mean ms and trials on each side, and its verdict; new or gone where a
     side lacks it."""
     means = {"base_ms": statistics.fmean(base or [0.0]), "ms": statistics.fmean(now or [0.0])}
@@ -334,17 +338,17 @@ def row(what: dict, base: list | None, now: list | None, m: int, gate: Gate) -> 
     return Row(**out)
 
 
-def ordered(rows: list) -> list:
+def sort_by_change(rows: list) -> list:
     return sorted(rows, key=lambda r: abs(r.ms - r.base_ms), reverse=True)
 
 
-def chosen(d: Comparison, keep: callable) -> list:
+def select_rows(d: Comparison, keep: callable) -> list:
     """The rows that keep, the largest change first, the GPU time last."""
-    rows = ordered([r for r in d.kernels + d.callsites if keep(r)])
+    rows = sort_by_change([r for r in d.kernels + d.callsites if keep(r)])
     return (rows + [d.total]) if keep(d.total) else rows
 
 
-def kernel_names(before: object, after: object) -> dict:
+def name_kernel_row(before: object, after: object) -> dict:
     """A kernel's names; where its shape changed, both: `k [4096x1024 -> 4096x2048]`."""
     out = {}
     for key in ("name", "readable_name"):
@@ -356,14 +360,14 @@ def kernel_names(before: object, after: object) -> dict:
     return out
 
 
-def site_names(old: Site | None, new: Site | None) -> dict:
+def name_site_row(old: Site | None, new: Site | None) -> dict:
     """A call site as now shown, each line an edit moved shown as old->new."""
     site = (new or old).site
     text = " > ".join(site.frame_texts(lines(old) if old and new else ()))
     return {"callsite": text, "tuning": site.autotuning}
 
 
-def device(side: list) -> str | None:
+def name_device(side: list) -> str | None:
     """What a run ran on: its captures' device models (the H100 and H200 differ in the bus)."""
     models = {
         f"{d.get('type')} {d.get('arch')} ({d.get('sm_count')} SMs, "
@@ -373,13 +377,13 @@ def device(side: list) -> str | None:
     return ", ".join(sorted(models)) or None
 
 
-def devices(base: list, now: list) -> str | None:
+def find_device_difference(base: list, now: list) -> str | None:
     """Where base and now ran on different device models, both named; else None."""
-    was, is_ = device(base), device(now)
+    was, is_ = name_device(base), name_device(now)
     return f"devices differ: {was} against {is_}" if was and is_ and was != is_ else None
 
 
-def refusal(base: list, now: list, interleaved: bool, any_device: bool) -> str | None:
+def find_refusal(base: list, now: list, interleaved: bool, any_device: bool) -> str | None:
     """Why base and now cannot be compared: other numbers of ranks (summed, they would
     read as a change), other devices (unless any_device), or, where they were not
     interleaved, nothing in common; else None."""
@@ -387,7 +391,7 @@ def refusal(base: list, now: list, interleaved: bool, any_device: bool) -> str |
     if len(counts[0] | counts[1]) > 1:
         was, is_ = ("/".join(map(str, sorted(c))) for c in counts)
         return f"ranks differ: {was} in the base, {is_} now; summed, they would read as a change"
-    if not any_device and (differ := devices(base, now)):
+    if not any_device and (differ := find_device_difference(base, now)):
         return f"{differ}: --any-device compares them anyway"
     keys = [
         {kernel_key(k) for k in kernel_times(side)}
@@ -397,7 +401,7 @@ def refusal(base: list, now: list, interleaved: bool, any_device: bool) -> str |
     return None if interleaved or keys[0] & keys[1] else "no kernel or call site in common"
 
 
-def unfit(base: list) -> str | None:
+def find_unfit_base(base: list) -> str | None:
     """Why base's summaries cannot be compared with: a capture not read (a comparison with
     part of a run would mislead), or no timed kernel; else None."""
     unread = [u for s in base for u in s.proton_unread or [] if "same_as" not in u]
@@ -406,15 +410,15 @@ def unfit(base: list) -> str | None:
     return None if base[0].proton_kernels else "no timed kernel to compare with (scopes only)"
 
 
-def story(d: Comparison, gate: Gate) -> str:
+def write_first_line(d: Comparison, gate: Gate) -> str:
     """The first line: the largest regression, else the judged change that adds or removes
     the most ms, else that none changed; the new or gone kernel that moves the GPU time
     most; the rows left inconclusive; the caveats (docs/summary.md's rules)."""
     pct = gate.fail_above
-    if regressions := chosen(d, lambda r: r.regression):
+    if regressions := select_rows(d, lambda r: r.regression):
         more = f" ({len(regressions)} regressions)" if len(regressions) > 1 else ""
         lead = f"{describe(regressions[0])}: past --fail-above {pct:g}{more}"
-    elif changed := chosen(d, lambda r: r.verdict in ("slower", "faster") and not r.tuning):
+    elif changed := select_rows(d, lambda r: r.verdict in ("slower", "faster") and not r.tuning):
         lead = describe(changed[0]) + ("" if pct is None else f": none past --fail-above {pct:g}")
     else:
         lead = f"no change beyond the noise and {gate.band():g}% ({d.rows_judged} rows judged)"
@@ -436,12 +440,12 @@ def describe(row: Row) -> str:
     return f"{row.label()}: {factor}{row.verdict} ({times})"
 
 
-def gate_lines(d: Comparison) -> list[str]:
+def write_gate_lines(d: Comparison) -> list[str]:
     """The gate's outcome in a line (none, passed, or how many rows failed it: exit 3),
     then one line for each regression, as stderr says them."""
     pct, tail = d.fail_above, "".join(f"; {c}" for c in d.caveats)
     if not d.regressions:
         return ["Gate: none." if pct is None else f"Gate: passed --fail-above {pct:g}."]
-    rows = chosen(d, lambda r: r.regression)
+    rows = select_rows(d, lambda r: r.regression)
     lines = [f"regression: {describe(r)}, past --fail-above {pct:g}{tail}" for r in rows]
     return [f"Gate: {len(rows)} past --fail-above {pct:g}, exit 3.", *lines]

@@ -80,8 +80,8 @@ def height(rows: int) -> int:
     return MARGIN_PX + ROW_PX * max(rows, 3)
 
 
-def more(rows: list, shown: int, what: str) -> list[str]:
-    return [f"and {len(rows) - shown} more {what} in summary.json"] if len(rows) > shown else []
+def count_rest(rows: list, drawn: int, what: str) -> list[str]:
+    return [f"and {len(rows) - drawn} more {what} in summary.json"] if len(rows) > drawn else []
 
 
 def rows_axis(labels: list[str]) -> dict:
@@ -105,7 +105,7 @@ def format_value(value: object) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def facts(summary: Summary) -> list[tuple[str, str]]:
+def list_facts(summary: Summary) -> list[tuple[str, str]]:
     """aorta's five keys, the context, the devices, the provenance and what was not read."""
     out = []
     for key in (*AORTA_KEYS, "proton_context"):
@@ -123,7 +123,7 @@ def facts(summary: Summary) -> list[tuple[str, str]]:
     return out
 
 
-def top(summary: Summary) -> list[str]:
+def draw_top(summary: Summary) -> list[str]:
     """The headline verbatim; where --fail-above was given, the gate's outcome as the Markdown
     says it and each regression as stderr does; the facts as a table."""
     diff = summary.proton_diff
@@ -132,7 +132,8 @@ def top(summary: Summary) -> list[str]:
     parts = [f'<h1 id="headline"{state}>{html.escape(summary.headline or "")}</h1>']
     parts += [f'<p class="gate">{html.escape(line)}</p>' for line in diff.gate] if gated else []
     cells = (
-        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts(summary)
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+        for k, v in list_facts(summary)
     )
     return [*parts, f'<table id="facts">{"".join(cells)}</table>']
 
@@ -149,7 +150,7 @@ def kernel_words(k: Kernel) -> str:
     return ", ".join(words)
 
 
-def kernels(summary: Summary) -> Figure | None:
+def draw_kernels(summary: Summary) -> Figure | None:
     """Each kernel's share of GPU time (tuning launches apart) beside its percent of the
     device's nominal peak bandwidth, and of a measured ceiling where the run has one."""
     rows = summary.proton_kernels
@@ -175,7 +176,7 @@ def kernels(summary: Summary) -> Figure | None:
     labels = rows_axis([shorten(k.readable_name) for k in drawn])
     fig = figure(data, height(len(drawn)), yaxis=labels, **layout, **axes)
     caption = ["GB/s and % of peak where Proton's launch hook counted bytes (HOOK=triton)."]
-    return Figure("kernels", "Kernels", caption + more(rows, len(drawn), "kernels"), fig)
+    return Figure("kernels", "Kernels", caption + count_rest(rows, len(drawn), "kernels"), fig)
 
 
 def known(value: object) -> object:
@@ -210,7 +211,7 @@ def flame_colour(function: str) -> str:
     return f"hsl({hue}, 80%, {58 + hue % 3 * 6}%)"
 
 
-def callsites(summary: Summary) -> Figure | None:
+def draw_callsites(summary: Summary) -> Figure | None:
     """The call sites as an icicle (a flame graph root up): each frame of the user's,
     then the kernels it launched, as wide as their GPU time; the source line on hover."""
     if not (sites := summary.proton_callsites):
@@ -246,7 +247,7 @@ def callsites(summary: Summary) -> Figure | None:
     }
     fig = figure([icicle], 520, margin={**MARGIN, "l": 10})
     caption = ["Each frame as wide as the GPU time launched under it; click to zoom in."]
-    caption += more(sites, MOST, "call sites")
+    caption += count_rest(sites, MOST, "call sites")
     return Figure("callsites", "Call sites (icicle of the folded stacks)", caption, fig)
 
 
@@ -256,7 +257,7 @@ def site_label(entry: dict) -> str:
     return rank + shorten_left(entry["callsite"] or "(no frame)")
 
 
-def timeline(summary: Summary) -> Figure | None:
+def draw_timeline(summary: Summary) -> Figure | None:
     """Each call site's launches over its span as a strip of bins, a bin's colour the
     share of it in which the site's kernels ran: the idle gaps are the pale bins."""
     entries = [e for e in summary.proton_timeline or [] if e.get("busy_by_bin")]
@@ -285,10 +286,10 @@ def timeline(summary: Summary) -> Figure | None:
     ]
     caption += [f"<b>{text(e['launch_bound'])}</b>" for e in entries if e.get("launch_bound")]
     title = f"Timeline per call site ({bins} bins of each site's span)"
-    return Figure("timeline", title, caption + more(entries, SITES, "call sites"), fig)
+    return Figure("timeline", title, caption + count_rest(entries, SITES, "call sites"), fig)
 
 
-def ranks(summary: Summary) -> Figure | None:
+def draw_ranks(summary: Summary) -> Figure | None:
     """Each rank's GPU time, with the imbalance and the start skew where known."""
     if not (every := summary.proton_ranks):
         return None
@@ -297,10 +298,10 @@ def ranks(summary: Summary) -> Figure | None:
     words = [f"{r.get('kernel_count')} launches" for r in rows]
     bars = {"type": "bar", "x": x, "y": y, "text": words}
     fig = figure([bars], 320, yaxis={"title": {"text": "GPU ms"}})
-    return Figure("ranks", "Ranks", rank_notes(summary) + more(every, MOST, "ranks"), fig)
+    return Figure("ranks", "Ranks", rank_notes(summary) + count_rest(every, MOST, "ranks"), fig)
 
 
-def scopes(summary: Summary) -> Figure | None:
+def draw_scopes(summary: Summary) -> Figure | None:
     """Each kernel's scopes by their share of its cycles (the instrumentation backend)."""
     if not (drawn := (summary.proton_scopes or [])[:TOP]):
         return None
@@ -343,7 +344,7 @@ def ratio_marker(at: int, row: Row) -> dict:
     return markers([r], at, marker, hover, error_x={"array": [high - r], "arrayminus": [r - low]})
 
 
-def compared(summary: Summary) -> Figure | None:
+def draw_comparison(summary: Summary) -> Figure | None:
     """Each compared row: its trials as points over the base's mean, its ratio with the
     interval it was judged by, coloured by the verdict."""
     if not (diff := summary.proton_diff):
@@ -364,7 +365,7 @@ def compared(summary: Summary) -> Figure | None:
     return Figure("compare", f"Compared with {text(diff.base)}", caption, fig)
 
 
-def trials(summary: Summary) -> Figure | None:
+def draw_trials(summary: Summary) -> Figure | None:
     """A run of trials: each kernel's time in each trial over its mean."""
     if not (runs := summary.proton_trials) or not (rows := runs.kernels[:TOP]):
         return None
@@ -377,12 +378,20 @@ def trials(summary: Summary) -> Figure | None:
     return Figure("trials", f"Trials: each kernel's time in each of {runs.n}", [], fig)
 
 
-VIEWS = (kernels, callsites, compared, trials, timeline, ranks, scopes)
+VIEWS = (
+    draw_kernels,
+    draw_callsites,
+    draw_comparison,
+    draw_trials,
+    draw_timeline,
+    draw_ranks,
+    draw_scopes,
+)
 
 
 def page(summary: Summary) -> str:
     """The page of summary, one HTML document with plotly's JavaScript inline, once."""
-    parts = top(summary)
+    parts = draw_top(summary)
     drawn = filter(None, (view(summary) for view in VIEWS))  # a view without its key: None
     for i, (key, heading, caption, fig) in enumerate(drawn):
         parts += [f"<h2>{heading}</h2>", *(f'<p class="caption">{line}</p>' for line in caption)]

@@ -97,7 +97,7 @@ class Launches:
     launches: int | None = 0  # None: a count was unreadable
     bytes: float = 0.0
     flops: dict = field(default_factory=dict)  # flops, flops8 ... flops64, as recorded
-    devices: set = field(default_factory=set)  # (type, id) of the launches that did
+    device_ids: set = field(default_factory=set)  # (type, id) of the launches that did
     durations: list = field(default_factory=list)  # us of each launch, from traces
 
     def add(self, ms: float, launches: int | None) -> "Launches":
@@ -147,7 +147,9 @@ class Capture:
                     kernel.bytes += value
                 else:
                     kernel.flops[key] = kernel.flops.get(key, 0.0) + value
-                kernel.devices.add((str(metrics.get("device_type")), str(metrics.get("device_id"))))
+                kernel.device_ids.add(
+                    (str(metrics.get("device_type")), str(metrics.get("device_id")))
+                )
         return kernel
 
 
@@ -275,7 +277,7 @@ def short_names(files: set) -> dict:
     return names
 
 
-def readable(name: str) -> str:
+def demangle(name: str) -> str:
     """A name as a table shows it: a C++ name demangled, without its return type and
     parameters, its template arguments nested deeper than two levels (all, if still
     long) shortened to <…>; any other name as it is."""

@@ -24,21 +24,21 @@ def measure(run: Run, sites: dict) -> dict:
     """Timelines, ranks and scopes of run (sites: chain -> its CallSite)."""
     out = {}
     if run.traced and run.capture.kernels:
-        out["proton_timeline"] = timelines(run.traced, sites)
+        out["proton_timeline"] = build_timelines(run.traced, sites)
     if ranked := [entry for entry in run.per_file if entry[0] is not None]:
         if run.capture.kernels:  # scopes alone have no time to compare ranks by
-            out.update(ranks(ranked, run.traced))
+            out.update(sum_ranks(ranked, run.traced))
     if run.capture.scopes:
-        out["proton_scopes"] = tree_scopes(run.capture.scopes)
+        out["proton_scopes"] = sum_tree_scopes(run.capture.scopes)
     if run.scoped:
-        out["proton_scopes"], out["proton_sm_spread"] = trace_scopes(run.scoped)
+        out["proton_scopes"], out["proton_sm_spread"] = sum_trace_scopes(run.scoped)
     if run.capture.cpu:
         rows = [{"scope": n, "cpu_ms": c, "gpu_ms": g} for n, (c, g) in run.capture.cpu.items()]
         out["proton_cpu_scopes"] = sorted(rows, key=lambda row: row["cpu_ms"], reverse=True)
     return out
 
 
-def spread(times: list) -> dict:
+def describe_spread(times: list) -> dict:
     """mean, min and max ms across trials, and the coefficient of variation (None for one
     trial, or a mean of 0)."""
     mean = fmean(times)
@@ -46,7 +46,7 @@ def spread(times: list) -> dict:
     return {"mean_ms": mean, "min_ms": min(times), "max_ms": max(times), "cv": cv}
 
 
-def trials(summaries: list[Summary]) -> Trials:
+def spread_trials(summaries: list[Summary]) -> Trials:
     """proton_trials: n, and each kernel's time per trial across trials, the largest first."""
     times, names = {}, {}
     for i, summary in enumerate(summaries):
@@ -54,29 +54,30 @@ def trials(summaries: list[Summary]) -> Trials:
             times.setdefault(k.name, [0.0] * len(summaries))[i] += k.total_ms
             names.setdefault(k.name, k.readable_name)
     rows = [
-        Spread(name=n, readable_name=names[n], **spread(t), times_ms=t) for n, t in times.items()
+        Spread(name=n, readable_name=names[n], **describe_spread(t), times_ms=t)
+        for n, t in times.items()
     ]
     return Trials(n=len(summaries), kernels=sorted(rows, key=lambda r: r.mean_ms, reverse=True))
 
 
-def device_of(k: Launches, devices: dict) -> dict | None:
+def find_device(k: Launches, devices: dict) -> dict | None:
     """The device a kernel's launches ran on, or the one model of all of them."""
-    found = [devices.get(d) for d in k.devices]
+    found = [devices.get(d) for d in k.device_ids]
     model = [{**d, "id": None} if d else None for d in found]
     return found[0] if found and all(m == model[0] for m in model) else None
 
 
-def rates(k: Launches, devices: dict, ceilings: list) -> dict:
+def measure_rates(k: Launches, devices: dict, ceilings: list) -> dict:
     """A kernel's rates (bytes and flops from Proton's launch hook) against its device's
     nominal peak and its measured ceiling, and from traces the spread of its launches."""
     seconds, row = k.ms / 1e3, {}
-    device = device_of(k, devices)
+    device = find_device(k, devices)
     if k.bytes:
         rate = row["gbyte_per_s"] = k.bytes / seconds / 1e9 if seconds else None
         nominal = row["peak_gbyte_per_s"] = device and device["peak_gbyte_per_s"]
         row["pct_of_peak_bw"] = rate / nominal if rate and nominal else None
         if rate:
-            row.update(against_ceiling(rate, k.bytes / (k.launches or 1), device, ceilings))
+            row.update(compare_to_ceiling(rate, k.bytes / (k.launches or 1), device, ceilings))
     if k.flops and seconds:  # as Proton defines them: flops<width>/s, one figure a width
         row.update({f"flop{key[5:]}_per_s": value / seconds for key, value in k.flops.items()})
         peaks = {key: peak_flops(device, key) for key in k.flops}
@@ -88,7 +89,9 @@ def rates(k: Launches, devices: dict, ceilings: list) -> dict:
     return row
 
 
-def against_ceiling(rate: float, launch_bytes: float, device: dict | None, ceilings: list) -> dict:
+def compare_to_ceiling(
+    rate: float, launch_bytes: float, device: dict | None, ceilings: list
+) -> dict:
     """rate as a share of the copy measured on the device's model (`make ceiling`) at the
     nearest size at or above a launch's bytes, and whether those bytes fit its L2."""
     keys = ("arch", "sm_count", "memory_bus_bits")  # the H100 and H200 differ in the last
@@ -111,7 +114,7 @@ def peak_flops(device: dict | None, key: str) -> float | None:
     return peak("max_flops", device["type"], device["arch"], width, device["sm_count"], khz)
 
 
-def timelines(traced: list, sites: dict) -> list:
+def build_timelines(traced: list, sites: dict) -> list:
     """A timeline of each process (one's phases are one), and in it each call site's."""
     by_process = {}
     for path, rank, launches, _ in traced:
@@ -120,13 +123,13 @@ def timelines(traced: list, sites: dict) -> list:
     out = []
     for rank, launches in by_process.values():
         ranked = {} if rank is None else {"rank": rank}
-        out += [{**ranked, **entry} for entry in timeline(launches, sites)]
+        out += [{**ranked, **entry} for entry in build_timeline(launches, sites)]
     for entry in out:
         entry["launch_bound"] = launch_bound(entry)
     return sorted(out, key=lambda entry: entry["kernel_ms"], reverse=True)  # across ranks
 
 
-def timeline(launches: list, sites: dict) -> list:
+def build_timeline(launches: list, sites: dict) -> list:
     """Each call site's launches, summed and spanned ms, busy share of its span (streams
     counted once), median idle time between launches and busy share in each of BINS bins:
     one sort and one pass, O(n log n) in launches."""
@@ -199,7 +202,7 @@ def launch_bound(e: dict) -> str | None:
     )
 
 
-def ranks(per_file: list, traced: list) -> dict:
+def sum_ranks(per_file: list, traced: list) -> dict:
     """proton_ranks, each rank's sums by rank; proton_rank_imbalance, the busiest rank's GPU
     time over the mean; from traces, each rank's first start and last end on one clock and
     proton_rank_start_skew (null where a trace does not say when its clock started)."""
@@ -232,7 +235,7 @@ def ranks(per_file: list, traced: list) -> dict:
     return {**out, "proton_rank_start_skew": {"rank": latest, "ms": skew}}
 
 
-def tree_scopes(scopes: dict) -> list:
+def sum_tree_scopes(scopes: dict) -> list:
     """Per kernel and scope of an instrumentation tree: cycles, normalized cycles (per CTA
     and warp) and the scope's share of its kernel's scope cycles, the largest first."""
     per_kernel = {}
@@ -251,7 +254,7 @@ def tree_scopes(scopes: dict) -> list:
     return sorted(rows, key=lambda row: row["cycles"], reverse=True)
 
 
-def trace_scopes(events: list) -> tuple[list, list]:
+def sum_trace_scopes(events: list) -> tuple[list, list]:
     """Per kernel and scope of an instrumentation trace (pid "<kernel> Core<SM> CTA<n>", tid
     the warp, cycles = dur x MHz): its warp events, their cycles (sum, median, p90) and
     share; per kernel, how its CTAs spread over the SMs."""
@@ -284,11 +287,11 @@ def trace_scopes(events: list) -> tuple[list, list]:
         }
         for (kernel, scope), cycles in by_scope.items()
     ]
-    spread = [sm_spread(kernel, sms, launches[kernel]) for kernel, sms in by_sm.items()]
+    spread = [spread_over_sms(kernel, sms, launches[kernel]) for kernel, sms in by_sm.items()]
     return sorted(rows, key=lambda row: row["cycles"], reverse=True), spread
 
 
-def sm_spread(kernel: str, sms: dict, launches: int) -> dict:
+def spread_over_sms(kernel: str, sms: dict, launches: int) -> dict:
     """How a kernel's CTAs spread over its SMs (sms: SM -> [events by (warp, scope),
     cycles]): the (warp, scope) most common over all SMs is in every CTA."""
     counted = Counter()
@@ -307,7 +310,7 @@ def sm_spread(kernel: str, sms: dict, launches: int) -> dict:
     }
 
 
-def folded(capture: Capture, sites: dict, names: dict) -> str:
+def fold_stacks(capture: Capture, sites: dict, names: dict) -> str:
     """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read them
     (sites: chain -> CallSite; names: each kernel's readable name), a ';' in a name escaped."""
     lines = []

@@ -186,7 +186,7 @@ def test_trials_report_each_kernel_s_spread_across_them_and_trial1_s_keys(tmp_pa
 
 
 def test_a_single_trial_has_no_cv():
-    assert views.spread([0.5])["cv"] is None
+    assert views.describe_spread([0.5])["cv"] is None
 
 
 # Compare: rows matched by what they are, the verdict, the gate.
@@ -231,7 +231,7 @@ def drawn(seed, factor=1.0):
     real = sides(REAL / "base")[0]
     spread = {
         k["name"]: max(k["cv"], 0.01)
-        for k in msgspec.to_builtins(views.trials(records(real)))["kernels"]
+        for k in msgspec.to_builtins(views.spread_trials(records(real)))["kernels"]
     }
     largest, rng = real[0]["proton_kernels"][0]["name"], random.Random(seed)
 
@@ -323,9 +323,9 @@ def test_the_interval_is_welch_s_on_log_times():
     ],
 )
 def test_verdicts(base, now, verdict):
-    judged = compare.judge(base, now, 1, compare.Gate(fail_above=2, min_ms=0))
-    assert judged["verdict"] == verdict
-    assert judged["regression"] == (verdict == "slower")
+    found = compare.judge(base, now, 1, compare.Gate(fail_above=2, min_ms=0))
+    assert found["verdict"] == verdict
+    assert found["regression"] == (verdict == "slower")
 
 
 def test_one_run_a_side_judges_the_change_alone(tmp_path):
@@ -434,8 +434,8 @@ def test_call_sites_are_told_apart_by_kernels_then_lines():
         {"proton_kernels": [k], "proton_callsites": [site(11, "k"), site(13, "k"), site(31, "k")]}
     ]
     d = diff(base, now, "b", compare.Gate(), True)
-    moved = ["mine.py:10->11 main", "mine.py:12->13 main", "mine.py:30->31 main"]
-    assert sorted(r["callsite"] for r in d["callsites"]) == moved
+    expected = ["mine.py:10->11 main", "mine.py:12->13 main", "mine.py:30->31 main"]
+    assert sorted(r["callsite"] for r in d["callsites"]) == expected
 
 
 def test_the_gate_needs_the_interval_past_its_percent(tmp_path):

@@ -16,7 +16,7 @@ import pytest
 import parse_hatchet as ph
 from conftest import ROOT, run
 from summary import Summary, files, text
-from summary.run import MAX_FRAMES, frame_of, readable, short_names
+from summary.run import MAX_FRAMES, demangle, frame_of, short_names
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -202,7 +202,7 @@ def test_callsites_collapse_library_frames(tmp_path):
     ],
 )
 def test_readable_names(raw, short):
-    assert readable(raw) == short
+    assert demangle(raw) == short
 
 
 # The command line.
@@ -525,8 +525,10 @@ def test_the_diagnosis_names_its_rank_and_skips_gaps_shorter_than_a_kernel():
     # against 6.0 us kernels); rank 1's launches queue back to back (1.1 us against 6.3),
     # its idle time spent while rank 0 held the GPU.
     p = cli(FIXTURES / "h200-two-ranks-trace", "--table")
-    said = [line for line in p.stdout.splitlines() if "launch cost bounds it" in line]
-    assert len(said) == 1 and said[0].startswith("rank 0: softmax.py:585 <module>"), said
+    diagnoses = [line for line in p.stdout.splitlines() if "launch cost bounds it" in line]
+    assert len(diagnoses) == 1 and diagnoses[0].startswith("rank 0: softmax.py:585 <module>"), (
+        diagnoses
+    )
 
 
 def test_source_lines_only_from_python_files(tmp_path):
@@ -1326,9 +1328,7 @@ def test_ranks_and_their_timelines_cost_their_files_not_the_square(tmp_path):
     # 60,000 one-launch rank traces, in process: once files x files (minutes).
     per_file = [(r, Path(f"/r/proton.rank{r}.chrome_trace"), 0.001, 1) for r in range(60_000)]
     traced = [(path, r, [(1.0 * r, 2.0 * r, 0, "k")], 10**9) for r, path, *_ in per_file]
-    code = (
-        "import pickle, sys; from summary import views; views.ranks(*pickle.load(sys.stdin.buffer))"
-    )
+    code = "import pickle, sys; from summary import views; views.sum_ranks(*pickle.load(sys.stdin.buffer))"
     data = pickle.dumps((per_file, traced))
     p = subprocess.run([sys.executable, "-c", code], input=data, cwd=ROOT, timeout=60)
     assert p.returncode == 0
@@ -1402,9 +1402,9 @@ def test_the_documented_exit_statuses_are_the_script_s_own():
     doc = (ROOT / "docs" / "summary.md").read_text()
     table = doc[doc.index("Exit status, each failure") :].split("\n\n")[1]
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.M)}
-    said = ph.__doc__[ph.__doc__.index("Exit status:") :]
+    statuses = ph.__doc__[ph.__doc__.index("Exit status:") :]
     assert documented == {
-        int(code) for code in re.findall(r"\b(\d+) (?:summarised|usage|a |ended)", said)
+        int(code) for code in re.findall(r"\b(\d+) (?:summarised|usage|a |ended)", statuses)
     }
     source = (ROOT / "parse_hatchet.py").read_text()
     returned = {
