@@ -1,7 +1,8 @@
 """Summarise Proton captures as JSON: aorta's five keys, then each kernel and each call
 site that launched GPU time, then the views (summary/views.py: rates, timelines, ranks,
-scopes) and a comparison with an earlier run (summary/compare.py); docs/summary.md
-describes every input and key.
+scopes) and a comparison with an earlier run (summary/compare.py); or a summary.json
+written before, read back (to draw, print or compare). docs/summary.md describes every
+input and key.
 
     python parse_hatchet.py PATH [PATH ...] [-o FILE] [--table] [--top N] [--folded FILE]
         [--html FILE] [--world-size N] [--ceiling PATH] [--diff BASE [--fail-above PCT]
@@ -58,13 +59,11 @@ def say(message: str) -> None:
 
 
 class Summarized(NamedTuple):
-    """A run's summary, why there is nothing to summarise (or None), the run as added, and
-    its call sites by chain."""
+    """A run's summary, why there is nothing to summarise (or None), and the run as added."""
 
     summary: Summary
     problem: str | None
     run: Run
-    sites: dict
 
 
 class Inputs(NamedTuple):
@@ -125,7 +124,7 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
     run = read(captures, unread)
     provenance = [files.record_of(path, inputs.records) for path in run.read]
     if why := problem(run, unread, provenance, inputs.world_size):
-        return Summarized(Summary(proton_artifact_dir=inputs.folder), why, run, {})
+        return Summarized(Summary(proton_artifact_dir=inputs.folder), why, run)
     for entry in unread:
         say(f"warning: skipped {entry['file']}: {entry['why']}")
     if len(run.read) > 1:
@@ -165,7 +164,7 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
         **views.measure(run, sites),
     )
     summary.headline = headline(summary)
-    return Summarized(summary, None, run, sites)
+    return Summarized(summary, None, run)
 
 
 @functools.cache
@@ -186,38 +185,47 @@ def callsites(run: Run, names: dict) -> dict:
             kernels.setdefault(chain, []).append(site)
     chains = run.capture.chains
     short = short_names({frame[0] for _, frame, _ in chains.links[1:]})
-    sites = {}
+    made, sites = {}, {}
     for chain, rows in kernels.items():
         file, line, _ = chains.links[chain][1]
         text = linecache.getline(file, line).strip()[:200] if python_file(file) else ""
-        sites[chain] = CallSite(
-            source=printable(text) or None,
-            ms=sum(k.ms for k in rows),
-            kernels=rows,
-            **site_frames(*chains.frames(chain), short),
-        )
+        where = {"source": printable(text) or None, "ms": sum(k.ms for k in rows), "kernels": rows}
+        site = CallSite(**where, **site_frames(*chains.frames(chain), short, made))
+        site.callsite = site.callsite or " > ".join(site.frame_texts())  # with its notes
+        sites[chain] = site
     return sites
 
 
-def site_frames(links: list, outer: int, short: dict) -> dict:
-    """A chain's links as a call site's frames, outermost first: a CUDA graph's kernels where
-    it was captured, and where it was replayed (above the last <captured_at>); autotuning
-    marked as such."""
+def site_frames(links: list, outer: int, short: dict, made: dict) -> dict:
+    """A chain's links as a call site's frames, outermost first, and its text where it has
+    no notes: a CUDA graph's kernels where it was captured, and where it was replayed
+    (above the last <captured_at>); autotuning marked as such; made: each link's Frame and
+    its text, made once."""
+    for link in links:
+        if link not in made:
+            file, line, function, repeats = link
+            frame = (
+                None
+                if file in (CAPTURED_AT, AUTOTUNING)
+                else Frame(short[file], line, function, repeats)
+            )
+            made[link] = frame, frame and frame.text()
+    made_links = [made[link] for link in links]
+    if all(frame for frame, _ in made_links):  # no marker: as most call sites
+        texts = [f"[{outer} outer frames]"] * bool(outer) + [text for _, text in made_links]
+        frames = [frame for frame, _ in made_links]
+        return {"frames": frames, "outer_frames": outer, "callsite": " > ".join(texts)}
     files_ = [link[0] for link in links]
     replayed = None
     if CAPTURED_AT in files_:
         at = len(files_) - 1 - files_[::-1].index(CAPTURED_AT)
-        replayed, links = links[:at], links[at + 1 :]
-    markers = (CAPTURED_AT, AUTOTUNING)
-
-    def frames(chain: list) -> list:
-        return [Frame(short[f], line, func, n) for f, line, func, n in chain if f not in markers]
-
+        replayed, made_links = made_links[:at], made_links[at + 1 :]
     return {
-        "frames": frames(links),
+        "callsite": "",  # made from the record, with its notes
+        "frames": [frame for frame, _ in made_links if frame],
         "outer_frames": outer,
         "autotuning": AUTOTUNING in files_,
-        "replayed_at": None if replayed is None else frames(replayed),
+        "replayed_at": None if replayed is None else [frame for frame, _ in replayed if frame],
     }
 
 
@@ -264,7 +272,7 @@ def parse_percent(text: str) -> float:
 
 def parser() -> Parser:
     p = Parser(description=__doc__.split("\n\n")[0])
-    p.add_argument("paths", nargs="+", metavar="PATH", help="capture files, or folders")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="captures, folders, or a summary.json")
     p.add_argument("-o", "--output", metavar="FILE", help="write the JSON here (-: stdout)")
     p.add_argument("--table", action="store_true", help="print tables, not JSON")
     p.add_argument("--top", type=parse_count, default=10, metavar="N", help="rows of each table")
@@ -326,7 +334,7 @@ def saved(path: str) -> Summarized:
     except (OSError, ValueError) as e:
         raise Refused(f"{path[:200]}: {getattr(e, 'strerror', None) or e}") from None
     summary.proton_trials = summary.proton_diff = summary.headline = UNSET  # made again
-    return Summarized(summary, None if summary.proton_unread is not UNSET else "empty", Run(), {})
+    return Summarized(summary, None if summary.proton_unread is not UNSET else "empty", Run())
 
 
 def summaries(
@@ -425,10 +433,7 @@ def run(args: argparse.Namespace) -> int:
     for line in summary.proton_diff.gate[1:] if status == 3 else []:
         say(line)
     if args.folded is not None:
-        names = {k.name: k.readable_name for k in summary.proton_kernels}
-        files.write_output(
-            args.folded, views.fold_stacks(done[0].run.capture, done[0].sites, names), inputs
-        )
+        files.write_output(args.folded, text.folded_stacks(summary), inputs)
     write_page(args.html, summary, inputs)
     if args.table:
         return files.emit(text.table(summary, args.top).encode("utf-8", "backslashreplace"), status)

@@ -47,9 +47,9 @@ class SiteKernel(Record, kw_only=True):
 
 class CallSite(Record, kw_only=True):
     """A chain of the user's frames that launched GPU work, outermost first; callsite is
-    its text, made from the rest when the record is."""
+    the text of frame_texts(), made once with the record."""
 
-    callsite: str = ""
+    callsite: str
     source: str | None
     ms: float
     kernels: list[SiteKernel]
@@ -57,9 +57,6 @@ class CallSite(Record, kw_only=True):
     outer_frames: int = 0  # frames above the innermost MAX_FRAMES, left out
     autotuning: bool = False  # launched by Triton's autotuner timing its configs
     replayed_at: list[Frame] | None = None  # a CUDA graph's: where it was replayed
-
-    def __post_init__(self) -> None:
-        self.callsite = " > ".join(self.frame_texts())
 
     def frame_texts(self, lines_before: tuple = ()) -> list[str]:
         """Each frame as text, outermost first, the notes on the innermost; lines_before:

@@ -295,10 +295,7 @@ def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False
         for k, s in zip(kernels, (base, now), strict=True)
     ]
     rows = [
-        build_row(
-            name_kernel_row(*(p and p[0] for p in pair)), *(p and p[1] for p in pair), m, gate
-        )
-        for pair in pairs
+        build_row(name_kernel_row(*pair), *(p and p[1] for p in pair), m, gate) for pair in pairs
     ]
     site_rows = [
         build_row(name_site_row(*pair), *(s and s.times for s in pair), m, gate) for pair in sites
@@ -348,11 +345,12 @@ def select_rows(d: Comparison, keep: callable) -> list:
     return (rows + [d.total]) if keep(d.total) else rows
 
 
-def name_kernel_row(before: object, after: object) -> dict:
-    """A kernel's names; where its shape changed, both: `k [4096x1024 -> 4096x2048]`."""
+def name_kernel_row(before: tuple | None, after: tuple | None) -> dict:
+    """A kernel's names ((record, times) of each side); where its shape changed, both:
+    `k [4096x1024 -> 4096x2048]`."""
     out = {}
     for key in ("name", "readable_name"):
-        old, new = (side and getattr(side, key) for side in (before, after))
+        old, new = (side and getattr(side[0], key) for side in (before, after))
         if old is None or new is None or old == new:
             out[key] = new or old
         else:

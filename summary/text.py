@@ -1,5 +1,6 @@
-"""The summary as a terminal reads it and as a CI job's step summary does: aligned text
-tables and Markdown, drawn from the records (summary.Summary) as they are, names escaped."""
+"""The summary as a terminal reads it, as a CI job's step summary does and as flame graph
+tools do: aligned text tables, Markdown and folded stacks, drawn from the records
+(summary.Summary) as they are, names escaped."""
 
 import math
 import os
@@ -34,6 +35,24 @@ def table(summary: Summary, top: int) -> str:
     if summary.proton_scopes:
         tables.append(scopes_table(summary, top))
     return "\n\n".join("\n".join(map(printable, lines)) for lines in tables if lines) + "\n"
+
+
+def folded_stacks(summary: Summary) -> str:
+    """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read them, a
+    ';' in a name escaped: each call site's kernels under its frames, then each kernel's
+    time at no call site of the user's (the shadow context's) alone."""
+    stacks, at_sites = [], {}
+    for site in summary.proton_callsites:
+        for k in site.kernels:
+            stacks.append(([*site.frame_texts(), k.readable_name], k.ms))
+            at_sites[k.name] = at_sites.get(k.name, 0.0) + k.ms
+    for k in summary.proton_kernels:
+        stacks.append(([k.readable_name], k.total_ms - at_sites.get(k.name, 0.0)))
+    return "".join(
+        ";".join(printable(f).replace(";", "\\x3b") for f in frames) + f" {ns}\n"
+        for frames, ms in stacks
+        if (ns := round(ms * 1e6)) > 0
+    )
 
 
 def kernels_table(summary: Summary, top: int) -> list:

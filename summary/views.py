@@ -1,14 +1,14 @@
 """The summary's views beyond aorta's keys, kernels and call sites (parse_hatchet.py):
 how good each kernel is (its rates against the device's peak and a measured ceiling, the
 spread of its launches), the timeline of each call site and its launch-bound diagnosis,
-ranks, scopes inside kernels, and folded stacks. Each returns what it adds; each table is
-a list of lines, escaped by its caller."""
+ranks, scopes inside kernels, and a run of trials' spread. Each returns
+what it adds; summary/text.py and page.py draw them."""
 
 from collections import Counter
 from statistics import fmean, median, quantiles, stdev
 
 from summary import Spread, Summary, Trials
-from summary.run import Capture, Launches, Run, number, peak, printable
+from summary.run import Launches, Run, number, peak
 
 LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host's launch cost
 PLAIN_FLOPS_WIDTH = 32  # `flops` without a width are weighed against the 32-bit peak
@@ -308,14 +308,3 @@ def spread_over_sms(kernel: str, sms: dict, launches: int) -> dict:
         "ctas_per_sm": [min(ctas), median(ctas), max(ctas)],
         "slowest_sm_vs_median": max(cycles) / middle if middle else None,
     }
-
-
-def fold_stacks(capture: Capture, sites: dict, names: dict) -> str:
-    """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read them
-    (sites: chain -> CallSite; names: each kernel's readable name), a ';' in a name escaped."""
-    lines = []
-    for (chain, name), (ms, _) in capture.sites.items():
-        frames = sites[chain].frame_texts() if chain in sites else []
-        frames = [printable(f).replace(";", "\\x3b") for f in [*frames, names[name]]]
-        lines.append(";".join(frames) + f" {round(ms * 1e6)}\n")
-    return "".join(lines)

@@ -402,6 +402,7 @@ def test_a_deleted_line_moves_no_call_site_onto_another(tmp_path):
 
 def site(line, kernel, ms=1.0):
     return {
+        "callsite": f"mine.py:{line} main",
         "frames": [["mine.py", line, "main", 1]],
         "source": None,
         "kernels": [{"name": kernel, "launches": 1, "ms": ms}],
@@ -694,6 +695,7 @@ def test_matching_call_sites_grows_as_n_log_n():
     def side(n, shift):
         sites = [
             {
+                "callsite": "",
                 "frames": [["mine.py", 3 * i + shift, "main", 1]],
                 "source": None,
                 "kernels": [{"name": f"k{i % 7}", "launches": 1, "ms": 1.0}],

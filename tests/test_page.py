@@ -12,7 +12,7 @@ import pytest
 
 import parse_hatchet as ph
 from conftest import ROOT, run
-from summary import from_json, page
+from summary import from_json, page, text
 
 FIXTURES = ROOT / "tests" / "fixtures"
 HOOK = FIXTURES / "h200-softmax-python-hook.hatchet"
@@ -133,15 +133,17 @@ def test_the_headline_is_shown_verbatim_and_the_gate_in_its_words(tmp_path):
     assert re.findall(r'<p class="gate">(.*?)</p>', html) == [escape(line) for line in gate]
     traces = figure_data(html, "compare")
     d = summary["proton_diff"]
-    judged = [d["total"], *d["kernels"], *d["callsites"]]
+    compared = [d["total"], *d["kernels"], *d["callsites"]]
     diamonds = [t for t in traces if t["marker"].get("symbol") == "diamond"]
-    assert len(diamonds) == sum(r["ratio"] is not None for r in judged)
+    assert len(diamonds) == sum(r["ratio"] is not None for r in compared)
     trials = [t for t in traces if t["marker"].get("symbol") == "circle"]  # now's, each trial
     assert (
-        [len(t["x"]) for t in trials] == [len(r["times_ms"]) for r in judged] == [3] * len(judged)
+        [len(t["x"]) for t in trials]
+        == [len(r["times_ms"]) for r in compared]
+        == [3] * len(compared)
     )
     assert trials[0]["x"] == pytest.approx(
-        [t / judged[0]["base_ms"] for t in judged[0]["times_ms"]]
+        [t / compared[0]["base_ms"] for t in compared[0]["times_ms"]]
     )
 
 
@@ -242,7 +244,7 @@ def test_a_page_draws_at_most_its_largest_call_sites_and_ranks_and_counts_the_re
     summary = summarized(tmp_path, HOOK)
     site = summary["proton_callsites"][0]
     summary["proton_callsites"] = [
-        {**site, "frames": [["mine.py", i, "f", 1], ["mine.py", i, "g", 1]], "ms": 1.0 / (i + 1)}
+        {**site, "frames": [["mine.py", i, "f", 1], ["mine.py", i, "g", 1]], "ms": 1 / (i + 1)}
         for i in range(5000)
     ]
     summary["proton_ranks"] = [
@@ -289,6 +291,10 @@ def test_a_saved_summary_draws_its_page_and_compares(tmp_path):
     assert 'id="callsites"' in (tmp_path / "p.html").read_text()
     p = cli(HOOK, "--diff", saved, "--table")
     assert p.returncode == 0 and p.stdout.startswith("no change beyond the noise")
+    assert cli(saved, "--folded", tmp_path / "f.txt").returncode == 0
+    assert (tmp_path / "f.txt").read_text() == text.folded_stacks(
+        ph.summaries([str(HOOK)])[0][0].summary
+    )
     (tmp_path / "bad.json").write_text("[1]")
     p = cli(tmp_path / "bad.json")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a summary.json" in p.stderr
