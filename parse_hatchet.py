@@ -133,11 +133,12 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
     launches = run.capture.kernels
     names = {name: demangle(name) for name in launches}
     sites = callsites(run, names)
-    tuning = {}  # name -> [ms, launches] of the autotuner's
+    tuning = {}  # each kernel's launches by Triton's autotuner timing its configs
     for site in sites.values():
         for k in site.kernels if site.autotuning else ():
-            sums = tuning.setdefault(k.name, [0.0, 0])
-            sums[:] = sums[0] + k.ms, sums[1] + (k.launches or 0)
+            sums = tuning.setdefault(k.name, {"tuning_ms": 0.0, "tuning_launches": 0})
+            sums["tuning_ms"] += k.ms
+            sums["tuning_launches"] += k.launches or 0
     gpu_ms = sum(k.ms for k in launches.values())
     kernels = [
         Kernel(
@@ -147,7 +148,7 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
             total_ms=k.ms,
             mean_us=k.ms * 1e3 / k.launches if k.launches else None,
             share=k.ms / gpu_ms if gpu_ms else 0.0,
-            **dict(zip(("tuning_ms", "tuning_launches"), tuning.get(name, (0.0, 0)), strict=True)),
+            **tuning.get(name, {}),
             **views.measure_rates(k, run.devices, inputs.ceilings),
         )
         for name, k in sorted(launches.items(), key=lambda item: item[1].ms, reverse=True)

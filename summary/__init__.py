@@ -16,6 +16,11 @@ class Refused(Exception):
     """An input, an output or a comparison that will not be used; the message is one line."""
 
 
+def known(value: object) -> object:
+    """value, None where summary.json has no such key."""
+    return None if value is UNSET else value
+
+
 class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A record of summary.json: a field left at its default is not written."""
 

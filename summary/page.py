@@ -17,7 +17,7 @@ import plotly.io as pio
 from msgspec import UNSET
 from plotly.colors import make_colorscale, sequential
 
-from summary import Kernel, Row, Summary
+from summary import Kernel, Row, Summary, known
 from summary.text import rank_notes
 
 AORTA_KEYS = ("proton_kernel_count", "proton_gpu_time_ms", "proton_top_kernel_ms")
@@ -177,10 +177,6 @@ def draw_kernels(summary: Summary) -> Figure | None:
     fig = figure(data, height(len(drawn)), yaxis=labels, **layout, **axes)
     caption = ["GB/s and % of peak where Proton's launch hook counted bytes (HOOK=triton)."]
     return Figure("kernels", "Kernels", caption + count_rest(rows, len(drawn), "kernels"), fig)
-
-
-def known(value: object) -> object:
-    return None if value is UNSET else value
 
 
 def peak_panel(drawn: list, share: dict) -> tuple[list[dict], dict]:

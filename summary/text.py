@@ -7,7 +7,7 @@ import os
 
 from msgspec import UNSET
 
-from summary import Comparison, Summary
+from summary import Comparison, Summary, known
 from summary.run import printable
 
 # Columns of the kernel table where some kernel has them: field, title, format.
@@ -76,10 +76,6 @@ def kernels_table(summary: Summary, top: int) -> list:
         )
     note = "(launches: each kernel's count, summed as aorta sums proton_kernel_count)"
     return [*lines, note] if rows else []
-
-
-def known(value: object) -> object:
-    return None if value is UNSET else value
 
 
 def callsites_table(summary: Summary, top: int) -> list:
