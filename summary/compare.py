@@ -420,8 +420,9 @@ def write_first_line(d: Comparison, gate: Gate) -> str:
         lead = describe(changed[0]) + ("" if pct is None else f": none past --fail-above {pct:g}")
     else:
         lead = f"no change beyond the noise and {gate.band():g}% ({d.rows_judged} rows judged)"
-    if arrived := [r for r in d.kernels if r.verdict in ("new", "gone")]:
-        lead += f"; {describe(arrived[0])}"  # the kernels are ordered by the ms they move
+    arrived = [r for r in d.kernels if r.verdict in ("new", "gone")]  # by the ms they move
+    if arrived and abs(arrived[0].ms - arrived[0].base_ms) >= gate.min_ms:
+        lead += f"; {describe(arrived[0])}"
     rows = d.kernels + d.callsites + [d.total]
     if n := sum(r.verdict == "inconclusive" for r in rows):
         lead += f"; {n} row{'s' * (n > 1)} inconclusive: more TRIALS would settle them"

@@ -687,6 +687,8 @@ def test_first_line_rule_6_names_the_new_or_gone_kernel_that_moves_the_most(tmp_
     d = json.loads(cli(now, "--diff", base).stdout)["proton_diff"]
     assert d["total"]["verdict"] == "slower"
     assert "; extra: new (0.000 -> 0.200 ms)" in d["first_line"]
+    d = json.loads(cli(now, "--diff", base, "--min-ms", "0.3").stdout)["proton_diff"]
+    assert "extra" not in d["first_line"]  # less than --min-ms: not in the story
 
 
 def test_matching_call_sites_grows_as_n_log_n():
