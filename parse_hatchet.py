@@ -1,7 +1,8 @@
 """Summarise Proton captures as JSON: aorta's five keys, then each kernel and each call
 site that launched GPU time, then the views (summary/views.py: rates, timelines, ranks,
-scopes) and a comparison with an earlier run (summary/compare.py); docs/summary.md
-describes every input and key.
+scopes) and a comparison with an earlier run (summary/compare.py); or a summary.json
+written before, read back (to draw, print or compare). docs/summary.md describes every
+input and key.
 
     python parse_hatchet.py PATH [PATH ...] [-o FILE] [--table] [--top N] [--folded FILE]
         [--html FILE] [--world-size N] [--ceiling PATH] [--diff BASE [--fail-above PCT]
@@ -24,13 +25,20 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-import msgspec
+from msgspec import UNSET
 
-from summary import compare, files, views
-from summary.files import Refused
-from summary.run import AUTOTUNING, CAPTURED_AT, Run, five_keys, number, printable, short_names
-
-MAX_NAME = 100  # a kernel's readable name, at most (a C++ name's template arguments elided)
+from summary import Refused, compare, files, text, views
+from summary.records import CallSite, Frame, Kernel, SiteKernel, Summary, from_json, to_json
+from summary.run import (
+    AUTOTUNING,
+    CAPTURED_AT,
+    Run,
+    demangle,
+    five_keys,
+    number,
+    printable,
+    short_names,
+)
 
 
 def say(message: str) -> None:
@@ -38,53 +46,10 @@ def say(message: str) -> None:
         print(f"parse_hatchet: {printable(message)}", file=sys.stderr)
 
 
-def callsite(text: str) -> str:
-    """A chain's text as a call site: a CUDA graph's kernels where it was captured and
-    where it was replayed; autotuning marked as such."""
-    text = text.replace(f" > {AUTOTUNING}", compare.TUNING)
-    replayed, at, captured = text.rpartition(f" > {CAPTURED_AT} > ")
-    return f"{captured} [a CUDA graph captured here, replayed at {replayed}]" if at else captured
+class Summarized(NamedTuple):
+    """A run's summary, why there is nothing to summarise (or None), and the run as added."""
 
-
-def readable(name: str) -> str:
-    """A name as a table shows it: a C++ name demangled, without its return type and
-    parameters, its template arguments nested deeper than two levels (all, if still
-    long) shortened to <…>; any other name as it is."""
-    import cxxfilt
-
-    try:
-        text = cxxfilt.demangle(name)  # a name not starting _Z as it is
-    except (cxxfilt.Error, ValueError):  # not a C++ name after all, or not UTF-8
-        return name
-    if text != name and text.endswith(")"):  # the last balanced (...): parameters
-        depth = 0
-        for i in reversed(range(len(text))):
-            depth += {")": 1, "(": -1}.get(text[i], 0)
-            if depth == 0:
-                text = text[:i].removeprefix("void ")
-                break
-    short = elided(text, 2) if "<" in text else text
-    short = short if len(short) <= MAX_NAME else elided(text, 1)
-    return short if len(short) <= MAX_NAME else short[: MAX_NAME - 1] + "…"
-
-
-def elided(name: str, keep: int) -> str:
-    """name with template arguments nested keep or more levels deep as …"""
-    out, depth = [], 0
-    for ch in name:
-        depth -= ch == ">"
-        if depth < keep:
-            out.append(ch)
-        elif depth == keep and out[-1] != "…":
-            out.append("…")
-        depth += ch == "<"
-    return "".join(out).replace(" >", ">")
-
-
-class Summary(NamedTuple):
-    """A run's summary (the JSON), why there is nothing to summarise (or None), the run."""
-
-    summary: dict
+    summary: Summary
     problem: str | None
     run: Run
 
@@ -141,42 +106,54 @@ def missing_ranks(run: Run, world_size: int | None) -> list:
     return [{"file": None, "rank": r, "why": f"no capture of rank {r}"} for r in missing]
 
 
-def summarize(inputs: Inputs, captures: list) -> Summary:
+def summarize(inputs: Inputs, captures: list) -> Summarized:
     """The summary of one run's (or one trial's) captures."""
     unread = list(inputs.found.skipped)
     run = read(captures, unread)
-    summary = {"proton_artifact_dir": inputs.folder}
     provenance = [files.record_of(path, inputs.records) for path in run.read]
     if why := problem(run, unread, provenance, inputs.world_size):
-        return Summary(summary, why, run)
+        return Summarized(Summary(proton_artifact_dir=inputs.folder), why, run)
     for entry in unread:
         say(f"warning: skipped {entry['file']}: {entry['why']}")
     if len(run.read) > 1:
         say(f"combined {len(run.read)} captures: {', '.join(map(str, run.read))}")
     unread += missing_ranks(run, inputs.world_size)
-    kernels = run.capture.kernels
-    gpu_ms = sum(k.ms for k in kernels.values())
-    summary.update(five_keys(kernels) if kernels else {})
-    summary["proton_context"] = "python" if run.capture.chains.python else "shadow"
-    summary["proton_device"] = list(run.devices.values())
-    summary["proton_provenance"] = next(filter(None, provenance), None)
-    summary["proton_unread"] = unread
-    summary["proton_kernels"] = [
-        {
-            "name": name,
-            "readable_name": readable(name),
-            "launches": k.launches,
-            "total_ms": k.ms,
-            "mean_us": k.ms * 1e3 / k.launches if k.launches else None,
-            "share": k.ms / gpu_ms if gpu_ms else 0.0,
-            **views.rates(k, run.devices, inputs.ceilings),
-        }
-        for name, k in sorted(kernels.items(), key=lambda item: item[1].ms, reverse=True)
+    launches = run.capture.kernels
+    names = {name: demangle(name) for name in launches}
+    sites = callsites(run, names)
+    tuning = {}  # each kernel's launches by Triton's autotuner timing its configs
+    for site in sites.values():
+        for k in site.kernels if site.autotuning else ():
+            sums = tuning.setdefault(k.name, {"tuning_ms": 0.0, "tuning_launches": 0})
+            sums["tuning_ms"] += k.ms
+            sums["tuning_launches"] += k.launches or 0
+    gpu_ms = sum(k.ms for k in launches.values())
+    kernels = [
+        Kernel(
+            name=name,
+            readable_name=names[name],
+            launches=k.launches,
+            total_ms=k.ms,
+            mean_us=k.ms * 1e3 / k.launches if k.launches else None,
+            share=k.ms / gpu_ms if gpu_ms else 0.0,
+            **tuning.get(name, {}),
+            **views.measure_rates(k, run.devices, inputs.ceilings),
+        )
+        for name, k in sorted(launches.items(), key=lambda item: item[1].ms, reverse=True)
     ]
-    sites = callsites(run)
-    summary["proton_callsites"] = sorted(sites.values(), key=lambda s: s["ms"], reverse=True)
-    summary.update(views.of(run, sites))
-    return Summary(summary, None, run)
+    summary = Summary(
+        proton_artifact_dir=inputs.folder,
+        **(five_keys(launches) if launches else {}),
+        proton_context="python" if run.capture.chains.python else "shadow",
+        proton_device=list(run.devices.values()),
+        proton_provenance=next(filter(None, provenance), None),
+        proton_unread=unread,
+        proton_kernels=kernels,
+        proton_callsites=sorted(sites.values(), key=lambda s: s.ms, reverse=True),
+        **views.measure(run, sites),
+    )
+    summary.headline = headline(summary)
+    return Summarized(summary, None, run)
 
 
 @functools.cache
@@ -186,115 +163,79 @@ def python_file(file: str) -> bool:
     return file.endswith(".py") and os.path.isfile(file)
 
 
-def callsites(run: Run) -> dict:
-    """Each chain of the user's frames that launched GPU work, with its kernels, by chain;
-    each file shown by the shortest part of its path that no other shares."""
+def callsites(run: Run, names: dict) -> dict:
+    """Each chain of the user's frames that launched GPU work, as a CallSite, by chain;
+    each file shown by the shortest part of its path that no other shares (names: each
+    kernel's readable name)."""
     kernels = {}
     for (chain, name), (ms, launches) in run.capture.sites.items():
         if chain:  # kernels with no frame of the user's above them (shadow context)
-            kernels.setdefault(chain, []).append({"name": name, "launches": launches, "ms": ms})
+            site = SiteKernel(name=name, readable_name=names[name], launches=launches, ms=ms)
+            kernels.setdefault(chain, []).append(site)
     chains = run.capture.chains
-    names = short_names({frame[0] for _, frame, _ in chains.links[1:]})
-    texts, sites = chains.texts(list(kernels), names), {}
+    short = short_names({frame[0] for _, frame, _ in chains.links[1:]})
+    made, sites = {}, {}
     for chain, rows in kernels.items():
         file, line, _ = chains.links[chain][1]
         text = linecache.getline(file, line).strip()[:200] if python_file(file) else ""
-        sites[chain] = {
-            "callsite": callsite(texts[chain]),
-            "source": printable(text) or None,
-            "ms": sum(k["ms"] for k in rows),
-            "kernels": rows,
-        }
+        where = {"source": printable(text) or None, "ms": sum(k.ms for k in rows), "kernels": rows}
+        site = CallSite(**where, **site_frames(*chains.frames(chain), short, made))
+        site.callsite = site.callsite or " > ".join(site.frame_texts())  # with its notes
+        sites[chain] = site
     return sites
 
 
-def to_json(summary: dict) -> bytes:
-    """The summary as JSON, one key per line (indenting every level would cost a large
-    capture's output more than encoding it)."""
-    try:
-        values = [msgspec.json.encode(value) for value in summary.values()]
-    except UnicodeEncodeError:  # a lone surrogate (a path not UTF-8, a name): json escapes it
-        values = [json.dumps(value, allow_nan=False).encode() for value in summary.values()]
-    pairs = zip(summary, values, strict=True)
-    lines = (b'  "%s": %s' % (key.encode(), value) for key, value in pairs)
-    return b"{\n" + b",\n".join(lines) + b"\n}\n"
+def site_frames(links: list, outer: int, short: dict, made: dict) -> dict:
+    """A chain's links as a call site's frames, outermost first, and its text where it has
+    no notes: a CUDA graph's kernels where it was captured, and where it was replayed
+    (above the last <captured_at>); autotuning marked as such; made: each link's Frame and
+    its text, made once."""
+    for link in links:
+        if link not in made:
+            file, line, function, repeats = link
+            frame = (
+                None
+                if file in (CAPTURED_AT, AUTOTUNING)
+                else Frame(short[file], line, function, repeats)
+            )
+            made[link] = frame, frame and frame.text()
+    made_links = [made[link] for link in links]
+    if all(frame for frame, _ in made_links):  # no marker: as most call sites
+        texts = [f"[{outer} outer frames]"] * bool(outer) + [text for _, text in made_links]
+        frames = [frame for frame, _ in made_links]
+        return {"frames": frames, "outer_frames": outer, "callsite": " > ".join(texts)}
+    files_ = [link[0] for link in links]
+    replayed = None
+    if CAPTURED_AT in files_:
+        at = len(files_) - 1 - files_[::-1].index(CAPTURED_AT)
+        replayed, made_links = made_links[:at], made_links[at + 1 :]
+    return {
+        "callsite": "",  # made from the record, with its notes
+        "frames": [frame for frame, _ in made_links if frame],
+        "outer_frames": outer,
+        "autotuning": AUTOTUNING in files_,
+        "replayed_at": None if replayed is None else [frame for frame, _ in replayed if frame],
+    }
 
 
-def headline(summary: dict) -> str:
-    """The summary in one line, the terminal's first: a comparison's verdict, else the
+def headline(summary: Summary) -> str:
+    """The summary in one line, the terminal's first: a comparison's first line, else the
     kernel that took the most GPU time, and how good it is."""
-    if "proton_diff" in summary:
-        return summary["proton_diff"]["first_line"]
-    if not (kernels := summary.get("proton_kernels")):
-        scopes = len(summary.get("proton_scopes", []))
-        return f"no timed kernel; {scopes} scopes timed inside kernels"
-    k, gpu_ms = kernels[0], summary["proton_gpu_time_ms"]
-    line = f"{k['readable_name']}: {k['share']:.1%} of {gpu_ms:.4f} ms of GPU time"
-    if k["launches"]:
-        line += f", {k['launches']} launches of {k['mean_us']:.2f} us"
-    if k.get("gbyte_per_s"):
-        shares = [f"{k['pct_of_peak_bw']:.0%} of peak"] if k.get("pct_of_peak_bw") else []
-        if "pct_of_ceiling_bw" in k:
-            shares.append(f"{k['pct_of_ceiling_bw']:.0%} of the measured copy")
-        line += f", {k['gbyte_per_s']:.0f} GB/s" + (f" ({', '.join(shares)})" if shares else "")
-        line += " [L2-resident]" if k.get("l2_resident") else ""
+    if summary.proton_diff:
+        return summary.proton_diff.first_line
+    if not summary.proton_kernels:
+        return f"no timed kernel; {len(summary.proton_scopes or [])} scopes timed inside kernels"
+    k = summary.proton_kernels[0]
+    line = f"{k.readable_name}: {k.share:.1%} of {summary.proton_gpu_time_ms:.4f} ms of GPU time"
+    if k.launches:
+        line += f", {k.launches} launches of {k.mean_us:.2f} us"
+    if k.gbyte_per_s:
+        shares = [f"{k.pct_of_peak_bw:.0%} of peak"] if k.pct_of_peak_bw else []
+        if k.pct_of_ceiling_bw is not UNSET:
+            shares.append(f"{k.pct_of_ceiling_bw:.0%} of the measured copy")
+        line += f", {k.gbyte_per_s:.0f} GB/s" + (f" ({', '.join(shares)})" if shares else "")
+        line += " [L2-resident]" if k.l2_resident is True else ""
     return line
-
-
-def table(summary: dict, top: int) -> str:
-    """Each view as aligned text after a blank line, its names escaped: the comparison
-    first, then kernels, call sites and the views of views.py."""
-    first = [] if "proton_diff" in summary else [headline(summary)]  # compare's own first line
-    tables = [compare.table(summary, top), first, kernels_table(summary, top)]
-    tables += [callsites_table(summary, top), *views.tables(summary, top)]
-    return "\n\n".join("\n".join(map(printable, lines)) for lines in tables if lines) + "\n"
-
-
-# Columns of the kernel table where some kernel has them: key, title, format.
-COLUMNS = [
-    ("median_us", "median us", "{:9.2f}"),
-    ("p90_us", "p90 us", "{:9.2f}"),
-    ("gbyte_per_s", "GB/s", "{:8.0f}"),
-    ("pct_of_peak_bw", "% peak BW", "{:9.0%}"),
-    ("pct_of_ceiling_bw", "% ceiling", "{:9.0%}"),
-    *((f"flop{w}_per_s", f"FLOP{w}/s", "{:9.2e}") for w in ("", "8", "16", "32", "64")),
-    ("pct_of_peak_flops", "% peak FLOP", "{:11.0%}"),
-]
-
-
-def kernels_table(summary: dict, top: int) -> list:
-    """The kernels, the largest first, with the columns of rates and spreads recorded."""
-    rows = summary.get("proton_kernels", [])[:top]
-    columns = [c for c in COLUMNS if any(row.get(c[0]) is not None for row in rows)]
-    width = {key: len(fmt.format(0.0)) for key, _, fmt in columns}
-    head = "".join(f" {title:>{width[key]}}" for key, title, _ in columns)
-    lines = [f"{'ms':>10} {'share':>6} {'launches':>8} {'mean us':>9}{head}  kernel"]
-    for k in rows:
-        cells = "".join(
-            f" {'' if k.get(key) is None else fmt.format(k[key]):>{width[key]}}"
-            for key, _, fmt in columns
-        )
-        n, mean = k["launches"], k["mean_us"]
-        mean = "?" if mean is None else f"{mean:.2f}"
-        lines.append(
-            f"{k['total_ms']:10.4f} {k['share']:6.1%} {'?' if n is None else n:>8} "
-            f"{mean:>9}{cells}  {k['readable_name']}{' [L2-resident]' * bool(k.get('l2_resident'))}"
-        )
-    note = "(launches: each kernel's count, summed as aorta sums proton_kernel_count)"
-    return [*lines, note] if rows else []
-
-
-def callsites_table(summary: dict, top: int) -> list:
-    """Each call site, with the line that launched, and its kernels."""
-    shown = {k["name"]: k["readable_name"] for k in summary.get("proton_kernels", [])}
-    lines = [f"{'ms':>10} {'launches':>8}  call site > kernel"]
-    for site in summary.get("proton_callsites", [])[:top]:
-        source = f"  {site['source']}" if site["source"] else ""
-        lines.append(f"{site['ms']:10.4f} {'':8}  {site['callsite']}{source}")
-        for k in site["kernels"]:
-            n = "?" if k["launches"] is None else k["launches"]
-            lines.append(f"{k['ms']:10.4f} {n:>8}    > {shown[k['name']]}")
-    return lines if len(lines) > 1 else []
 
 
 class Parser(argparse.ArgumentParser):
@@ -303,7 +244,7 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def whole(text: str, most: int = 10**9) -> int:
+def parse_count(text: str, most: int = 10**9) -> int:
     if not (text.isdecimal() and len(text) < 10 and 1 <= int(text) <= most):
         raise argparse.ArgumentTypeError(
             f"expected a whole number from 1 to {most}, got {text[:30]!r}"
@@ -311,7 +252,7 @@ def whole(text: str, most: int = 10**9) -> int:
     return int(text)
 
 
-def percent(text: str) -> float:
+def parse_percent(text: str) -> float:
     value = number(text)
     if value is None or not 0 <= value < 1e15:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text[:30]!r}")
@@ -320,19 +261,21 @@ def percent(text: str) -> float:
 
 def parser() -> Parser:
     p = Parser(description=__doc__.split("\n\n")[0])
-    p.add_argument("paths", nargs="+", metavar="PATH", help="capture files, or folders")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="captures, folders, or a summary.json")
     p.add_argument("-o", "--output", metavar="FILE", help="write the JSON here (-: stdout)")
     p.add_argument("--table", action="store_true", help="print tables, not JSON")
-    p.add_argument("--top", type=whole, default=10, metavar="N", help="rows of each table")
+    p.add_argument("--top", type=parse_count, default=10, metavar="N", help="rows of each table")
     p.add_argument("--folded", metavar="FILE", help="also write folded stacks here")
     p.add_argument("--html", metavar="FILE", help="also write the summary's page here")
-    ranks = functools.partial(whole, most=2**16)
+    ranks = functools.partial(parse_count, most=2**16)
     p.add_argument("--world-size", type=ranks, metavar="N", help="ranks 0 to N-1 are expected")
     p.add_argument("--ceiling", metavar="PATH", help="measured ceilings: a file or folder")
     p.add_argument("--diff", metavar="BASE", help="compare with this earlier run or capture")
-    p.add_argument("--fail-above", type=percent, metavar="PCT", help="exit 3 past it")
-    p.add_argument("--min-ms", type=percent, metavar="MS", help="a regression grew this (0.01)")
-    p.add_argument("--same", type=percent, metavar="PCT", help="within it: same (2)")
+    p.add_argument("--fail-above", type=parse_percent, metavar="PCT", help="exit 3 past it")
+    p.add_argument(
+        "--min-ms", type=parse_percent, metavar="MS", help="a regression grew this (0.01)"
+    )
+    p.add_argument("--same", type=parse_percent, metavar="PCT", help="within it: same (2)")
     p.add_argument("--any-device", action="store_true", help="compare across devices")
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison here")
     return p
@@ -373,12 +316,26 @@ def ceilings(path: str | None) -> list:
     return records
 
 
+def saved(path: str) -> Summarized:
+    """A summary.json written before, read back: to draw its page, or compare with it."""
+    try:
+        summary = from_json(Path(path).read_bytes())
+    except (OSError, ValueError) as e:
+        raise Refused(f"{path[:200]}: {getattr(e, 'strerror', None) or e}") from None
+    summary.proton_trials = summary.proton_diff = summary.headline = UNSET  # made again
+    return Summarized(summary, None if summary.proton_unread is not UNSET else "empty", Run())
+
+
 def summaries(
     paths: list, world: int | None = None, ceiling: list = ()
 ) -> tuple[list, str | None, files.Found]:
     """The summaries of what paths hold, one for each trial where they hold trials (a trial
-    with no capture named as such); the first problem that left nothing to summarise; and
-    what was found."""
+    with no capture named as such), or the summary.json given; the first problem that left
+    nothing to summarise; and what was found."""
+    if len(paths) == 1 and paths[0].endswith(".json") and Path(paths[0]).is_file():
+        found = files.Found(seen={os.path.realpath(paths[0]): Path(paths[0])})
+        done = saved(paths[0])
+        return [done], done.problem and f"{paths[0][:200]}: nothing summarised in it", found
     for given in paths:  # make ab's run folder: its two sides, by the order they ran in
         if (Path(given) / "order").is_file():
             side = os.path.join(given, "now")
@@ -400,7 +357,7 @@ def summaries(
     return done, next((s.problem for s in done if s.problem), None), found
 
 
-def write_page(path: str | None, summary: dict, inputs: set) -> None:
+def write_page(path: str | None, summary: Summary, inputs: set) -> None:
     """The summary's page (summary/page.py) where --html asks for one; one that cannot be
     written is named in one line, and the exit status stays the summary's."""
     if path is None:
@@ -420,7 +377,9 @@ def interleaved(paths: list, base: str) -> bool:
     return len(paths) == 1 and Path(paths[0]).resolve().parent == run and (run / "order").is_file()
 
 
-def diffed(args: argparse.Namespace, found: files.Found, done: list, inputs: set) -> tuple:
+def compare_with_base(
+    args: argparse.Namespace, found: files.Found, done: list, inputs: set
+) -> tuple:
     """proton_diff of done against --diff's run, and the problem that leaves nothing to
     compare (or None); inputs gains the base's files."""
     base, problem, base_found = summaries([args.diff])
@@ -428,10 +387,10 @@ def diffed(args: argparse.Namespace, found: files.Found, done: list, inputs: set
         raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds others")
     inputs |= set(base_found.seen)
     sides = [[s.summary for s in side] for side in (base, done)]
-    if problem := problem or compare.unfit(sides[0]):
-        return None, f"--diff {args.diff[:200]}: {problem}"
+    if problem := problem or compare.find_unfit_base(sides[0]):
+        return UNSET, f"--diff {args.diff[:200]}: {problem}"
     ab = interleaved(args.paths, args.diff)
-    if refused := compare.refusal(*sides, ab, args.any_device):
+    if refused := compare.find_refusal(*sides, ab, args.any_device):
         raise Refused(f"--diff {args.diff[:200]}: {refused}")
     given = {k: getattr(args, k) for k in compare.Gate._fields}
     gate = compare.Gate(**{k: v for k, v in given.items() if v is not None})
@@ -447,27 +406,26 @@ def run(args: argparse.Namespace) -> int:
         raise Refused("-o, --folded and --html name one file")
     summary = done[0].summary
     if not problem and len(done) > 1:
-        summary["proton_trials"] = compare.trials([s.summary for s in done])
+        summary.proton_trials = views.spread_trials([s.summary for s in done])
     if not problem and args.diff is not None:
-        summary["proton_diff"], problem = diffed(args, found, done, inputs)
+        summary.proton_diff, problem = compare_with_base(args, found, done, inputs)
     if problem:  # the JSON to stdout, never over a good -o
         say(f"{' '.join(args.paths)[:200]}: {problem}")
-        return files.emit(to_json({"proton_artifact_dir": summary["proton_artifact_dir"]}), 1)
-    summary["headline"] = headline(summary)
-    unread = any("same_as" not in u for s in done for u in s.summary["proton_unread"])
-    status = 1 if unread else 3 if summary.get("proton_diff", {}).get("regressions") else 0
+        return files.emit(to_json(Summary(proton_artifact_dir=summary.proton_artifact_dir)), 1)
+    summary.headline = headline(summary)  # the comparison's first line, where there is one
+    unread = any("same_as" not in u for s in done for u in s.summary.proton_unread or [])
+    status = 1 if unread else 3 if summary.proton_diff and summary.proton_diff.regressions else 0
     if output is not None:
         files.write_output(output, to_json(summary), inputs)
     if args.markdown is not None:  # --markdown needs --diff
-        files.write_output(args.markdown, compare.markdown(summary["proton_diff"]), inputs)
-    for line in compare.failures(summary["proton_diff"]) if status == 3 else []:
+        files.write_output(args.markdown, text.markdown(summary.proton_diff), inputs)
+    for line in summary.proton_diff.gate[1:] if status == 3 else []:
         say(line)
     if args.folded is not None:
-        shown = {k["name"]: k["readable_name"] for k in summary["proton_kernels"]}
-        files.write_output(args.folded, views.folded(done[0].run.capture, shown), inputs)
+        files.write_output(args.folded, text.folded_stacks(summary), inputs)
     write_page(args.html, summary, inputs)
     if args.table:
-        return files.emit(table(summary, args.top).encode("utf-8", "backslashreplace"), status)
+        return files.emit(text.table(summary, args.top).encode("utf-8", "backslashreplace"), status)
     return files.emit(to_json(summary), status) if output is None else status
 
 

@@ -19,8 +19,9 @@ import sys
 import time
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # summary/, under PYTHONSAFEPATH too
+from summary import Refused  # noqa: E402
 from summary.plan import Host, Options, Plan, lines, make_plan, moved, plain  # noqa: E402
-from summary.recipe import MAX_TRIALS, Refused, load  # noqa: E402
+from summary.recipe import MAX_TRIALS, load  # noqa: E402
 
 VALUED = "--recipe --results --output --data --backend --context --hook --trials --rev"
 VALUED = [*VALUED.split(), "--base-script", "--world-size", "--fail-above", "--min-ms"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 
+from summary import Refused
 from summary.run import epoch_ns, printable
 
 CAPTURE = re.compile(r"(.+?)(\.part_\d+)?\.(hatchet|hatchet_msgpack|chrome_trace)(\.gz)?", re.S)
@@ -28,15 +29,11 @@ PROVENANCE = (
 ).split()
 
 
-class Refused(Exception):
-    """An input or output that will not be used; the message is one line."""
-
-
 def why(error: OSError) -> str:
     return (error.strerror or str(error)).lower()
 
 
-def shown(path: object) -> str:
+def format_path(path: object) -> str:
     return printable(str(path)[:200])
 
 
@@ -63,7 +60,7 @@ def find(paths: list[str]) -> Found:
         if not given:
             raise Refused("an empty path names nothing")
         if not path.exists():
-            raise Refused(f"{shown(given)}: no such file or directory")
+            raise Refused(f"{format_path(given)}: no such file or directory")
         if path.is_dir():
             search(found, path, top=True)
         elif add(found, path):
@@ -89,10 +86,10 @@ def search(found: Found, folder: Path, top: bool = False) -> None:
         before = len(found.files)
         if visit(found, entry) and top and (trial := TRIAL.fullmatch(entry.name)):
             if (number := int(trial[1])) in trials:
-                raise Refused(f"{shown(folder)}: two folders are trial {number}")
+                raise Refused(f"{format_path(folder)}: two folders are trial {number}")
             trials[number] = (Path(entry.path), sorted(found.files[before:]))
     if trials and sorted(trials) != list(range(1, len(trials) + 1)):
-        raise Refused(f"{shown(folder)}: trial folders not numbered 1 to N")
+        raise Refused(f"{format_path(folder)}: trial folders not numbered 1 to N")
     found.trials = found.trials or [trials[k] for k in sorted(trials)]
 
 
@@ -106,7 +103,7 @@ def listed(found: Found, folder: Path, top: bool) -> list:
         return sorted(os.scandir(folder), key=lambda entry: entry.name)
     except OSError as e:
         if top:
-            raise Refused(f"{shown(folder)}: {why(e)}") from None
+            raise Refused(f"{format_path(folder)}: {why(e)}") from None
         found.skip(folder, f"a folder that cannot be listed: {why(e)}")
         return []
 
@@ -131,7 +128,7 @@ def add(found: Found, path: Path, named: bool = True) -> bool:
     """Adds path if it is a regular file that no other name reached first."""
     if not path.is_file():  # a pipe or a device would block a reader; a broken link
         if named:
-            raise Refused(f"{shown(path)}: not a regular file")
+            raise Refused(f"{format_path(path)}: not a regular file")
         found.skip(path, "not a regular file")
         return False
     if same := found.seen.get(real := os.path.realpath(path)):
@@ -238,15 +235,15 @@ def write_output(path: str | Path, data: bytes | str, inputs: set = frozenset())
     data = data if isinstance(data, bytes) else data.encode("utf-8", "backslashreplace")
     path = os.fspath(path)
     if not path or path.endswith("/") or os.path.isdir(path):
-        raise Refused(f"{shown(path)!r} names no file to write")
+        raise Refused(f"{format_path(path)!r} names no file to write")
     target = Path(os.path.realpath(path))
     if str(target) in inputs:
-        raise Refused(f"{shown(path)} is one of the inputs; not written over")
+        raise Refused(f"{format_path(path)} is one of the inputs; not written over")
     if os.path.exists(path) and not os.path.isfile(path):  # /dev/stdout to a pipe, say
         Path(path).write_bytes(data)
         return
     if not target.parent.is_dir():
-        raise Refused(f"no folder {shown(target.parent)} to write in")
+        raise Refused(f"no folder {format_path(target.parent)} to write in")
     import tempfile  # here: most runs write no file
 
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:32]}.")

@@ -14,13 +14,14 @@ import zlib
 from typing import NamedTuple
 
 import plotly.io as pio
+from msgspec import UNSET
 from plotly.colors import make_colorscale, sequential
 
-from summary.compare import autotuned, failures, outcome
-from summary.views import launch_bound, rank_notes
+from summary.records import Kernel, Row, Summary, known
+from summary.text import rank_notes
 
-AORTA_KEYS = "proton_kernel_count proton_gpu_time_ms proton_top_kernel_ms proton_top_kernels "
-AORTA_KEYS = (*AORTA_KEYS.split(), "proton_artifact_dir")
+AORTA_KEYS = ("proton_kernel_count", "proton_gpu_time_ms", "proton_top_kernel_ms")
+AORTA_KEYS += ("proton_top_kernels", "proton_artifact_dir")
 TOP = 30  # rows of a figure of bars or points; the caption counts the rest
 SITES = 40  # call sites drawn on the timeline
 MOST = 200  # call sites in the icicle, ranks in their bars: a page's size is bounded
@@ -66,21 +67,21 @@ def text(value: object) -> str:
     return html.escape(str(value), quote=False)
 
 
-def cut(name: str) -> str:
+def shorten(name: str) -> str:
     return text(name if len(name) <= LABEL else name[: LABEL - 1] + "…")
+
+
+def shorten_left(name: str) -> str:
+    """name's end, where a call site's innermost frames are."""
+    return text(name if len(name) <= LABEL else "…" + name[1 - LABEL :])
 
 
 def height(rows: int) -> int:
     return MARGIN_PX + ROW_PX * max(rows, 3)
 
 
-def more(rows: list, shown: int, what: str) -> list[str]:
-    return [f"and {len(rows) - shown} more {what} in summary.json"] if len(rows) > shown else []
-
-
-def readable(summary: dict) -> dict:
-    """Each kernel's name -> its readable name, as the kernel view shows it."""
-    return {k["name"]: k.get("readable_name", k["name"]) for k in summary.get("proton_kernels", [])}
+def count_rest(rows: list, drawn: int, what: str) -> list[str]:
+    return [f"and {len(rows) - drawn} more {what} in summary.json"] if len(rows) > drawn else []
 
 
 def rows_axis(labels: list[str]) -> dict:
@@ -100,73 +101,72 @@ def bar(x: list, **attributes: object) -> dict:
     return {"type": "bar", "orientation": "h", "x": x, "y": list(range(len(x))), **attributes}
 
 
-def shown_value(value: object) -> str:
+def format_value(value: object) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def facts(summary: dict) -> list[tuple[str, str]]:
+def list_facts(summary: Summary) -> list[tuple[str, str]]:
     """aorta's five keys, the context, the devices, the provenance and what was not read."""
-    names, out = readable(summary), []
+    out = []
     for key in (*AORTA_KEYS, "proton_context"):
-        if key == "proton_top_kernels" and key in summary:
-            out.append((key, "; ".join(names.get(name, name) for name in summary[key])))
-        elif key in summary:
-            out.append((key, shown_value(summary[key])))
-    for device in summary.get("proton_device") or []:
-        out.append(("device", ", ".join(f"{k} {shown_value(v)}" for k, v in device.items())))
-    base = (summary.get("proton_diff") or {}).get("base_provenance") or {}
-    for side, record in (("", summary.get("proton_provenance") or {}), ("base ", base)):
+        if (value := getattr(summary, key)) is UNSET:
+            continue
+        if key == "proton_top_kernels":  # the first kernels, by the same order
+            value = "; ".join(k.readable_name for k in summary.proton_kernels[: len(value)])
+        out.append((key, format_value(value)))
+    for device in summary.proton_device or []:
+        out.append(("device", ", ".join(f"{k} {format_value(v)}" for k, v in device.items())))
+    base = summary.proton_diff.base_provenance if summary.proton_diff else None
+    for side, record in (("", summary.proton_provenance or {}), ("base ", base or {})):
         out += [(f"{side}provenance: {k}", str(v)) for k, v in record.items() if v is not None]
-    for entry in summary.get("proton_unread") or []:
+    for entry in summary.proton_unread or []:
         out.append(("not read", f"{entry.get('file')}: {entry.get('why')}"))
     return out
 
 
-def top(summary: dict) -> list[str]:
+def draw_top(summary: Summary) -> list[str]:
     """The headline verbatim; where --fail-above was given, the gate's outcome as the Markdown
     says it and each regression as stderr does; the facts as a table."""
-    diff = summary.get("proton_diff") or {}
-    gated = diff.get("fail_above") is not None
-    said = [outcome(diff), *failures(diff)] if gated else []
-    state = f' class="{"fail" if diff["regressions"] else "pass"}"' if gated else ""
-    parts = [f'<h1 id="headline"{state}>{html.escape(summary.get("headline", ""))}</h1>']
-    parts += [f'<p class="gate">{html.escape(line)}</p>' for line in said]
+    diff = summary.proton_diff
+    gated = bool(diff) and diff.fail_above is not None
+    state = f' class="{"fail" if diff.regressions else "pass"}"' if gated else ""
+    parts = [f'<h1 id="headline"{state}>{html.escape(summary.headline or "")}</h1>']
+    parts += [f'<p class="gate">{html.escape(line)}</p>' for line in diff.gate] if gated else []
     cells = (
-        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts(summary)
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+        for k, v in list_facts(summary)
     )
     return [*parts, f'<table id="facts">{"".join(cells)}</table>']
 
 
-def kernel_words(k: dict, tuned: list) -> str:
+def kernel_words(k: Kernel) -> str:
     """A kernel bar's words: its launches (the tuner's apart), mean and GB/s where recorded."""
-    launches = "?" if k.get("launches") is None else k["launches"] - tuned[1]
+    launches = "?" if k.launches is None else k.launches - k.tuning_launches
     words = [f"{launches} launch{'' if launches == 1 else 'es'}"]
-    words[0] += f" + {tuned[1]} tuning" if tuned[1] else ""
-    if k.get("mean_us") is not None:
-        words.append(f"mean {k['mean_us']:.2f} us")
-    if k.get("gbyte_per_s") is not None:
-        words.append(f"{k['gbyte_per_s']:.0f} GB/s")
+    words[0] += f" + {k.tuning_launches} tuning" if k.tuning_launches else ""
+    if k.mean_us is not None:
+        words.append(f"mean {k.mean_us:.2f} us")
+    if k.gbyte_per_s not in (None, UNSET):
+        words.append(f"{k.gbyte_per_s:.0f} GB/s")
     return ", ".join(words)
 
 
-def kernels(summary: dict) -> Figure | None:
+def draw_kernels(summary: Summary) -> Figure | None:
     """Each kernel's share of GPU time (tuning launches apart) beside its percent of the
     device's nominal peak bandwidth, and of a measured ceiling where the run has one."""
-    rows = summary.get("proton_kernels") or []
-    shown, tuned = rows[:TOP], autotuned(summary)
-    if not shown:
+    rows = summary.proton_kernels
+    if not (drawn := rows[:TOP]):
         return None
-    total = sum(k["total_ms"] for k in rows) or 1.0
-    tuned = [tuned.get(k["name"], (0.0, 0)) for k in shown]
-    tuning = [ms / total for ms, _ in tuned]
-    own = [k["total_ms"] / total - t for k, t in zip(shown, tuning, strict=True)]
-    words = [text(kernel_words(k, t)) for k, t in zip(shown, tuned, strict=True)]
+    total = sum(k.total_ms for k in rows) or 1.0
+    tuning = [k.tuning_ms / total for k in drawn]
+    own = [k.total_ms / total - t for k, t in zip(drawn, tuning, strict=True)]
+    words = [text(kernel_words(k)) for k in drawn]
     tuner = {"name": "autotuning launches (Triton's tuner timing its configs)", "text": words}
     tuner.update(marker={"color": PALE}, textposition="outside", showlegend=any(tuning))
-    hover = {"customdata": [text(k.get("readable_name", k["name"])) for k in shown]}
+    hover = {"customdata": [text(k.readable_name) for k in drawn]}
     hover["hovertemplate"] = "%{customdata}<br>%{x:.1%} of GPU time<extra></extra>"
     widest = max(a + b for a, b in zip(own, tuning, strict=True))
-    right, axes = peak_panel(shown, {"tickformat": ".0%", "range": [0, widest * 1.9]})
+    right, axes = peak_panel(drawn, {"tickformat": ".0%", "range": [0, widest * 1.9]})
     data = [
         bar(own, name="your launches", marker={"color": BLUE}, showlegend=any(tuning), **hover),
         bar(tuning, base=own, **tuner),  # from where the others end; its words at the total
@@ -174,24 +174,24 @@ def kernels(summary: dict) -> Figure | None:
     ]
     layout = {"barmode": "overlay", "bargap": 0.3, "legend": {"orientation": "h"}}
     layout["showlegend"] = any(tuning) or len(right) > 1
-    labels = rows_axis([cut(k.get("readable_name", k["name"])) for k in shown])
-    fig = figure(data, height(len(shown)), yaxis=labels, **layout, **axes)
+    labels = rows_axis([shorten(k.readable_name) for k in drawn])
+    fig = figure(data, height(len(drawn)), yaxis=labels, **layout, **axes)
     caption = ["GB/s and % of peak where Proton's launch hook counted bytes (HOOK=triton)."]
-    return Figure("kernels", "Kernels", caption + more(rows, len(shown), "kernels"), fig)
+    return Figure("kernels", "Kernels", caption + count_rest(rows, len(drawn), "kernels"), fig)
 
 
-def peak_panel(shown: list, share: dict) -> tuple[list[dict], dict]:
+def peak_panel(drawn: list, share: dict) -> tuple[list[dict], dict]:
     """Beside the kernels' share of GPU time (share: its x axis), a panel of their percent of
     the nominal peak, and of the measured ceiling where the run has one (L2-resident where the
     run found the kernel's bytes served from L2): its bars, and the layout of both x axes."""
-    peak = [k.get("pct_of_peak_bw") for k in shown]
+    peak = [known(k.pct_of_peak_bw) for k in drawn]
     if all(p is None for p in peak):
         return [], {"xaxis": share}
     words = [f"{p:.0%}" if p is not None else "" for p in peak]
     bars = [bar(peak, name="% of the nominal peak", text=words, marker={"color": ORANGE}, **RIGHT)]
-    ceiling = [k.get("pct_of_ceiling_bw") for k in shown]
+    ceiling = [known(k.pct_of_ceiling_bw) for k in drawn]
     if any(c is not None for c in ceiling):  # narrower, on the peak's bar
-        l2 = [" L2-resident" if k.get("l2_resident") else "" for k in shown]
+        l2 = [" L2-resident" if k.l2_resident is True else "" for k in drawn]
         words = ["" if c is None else f"{c:.0%}{s}" for c, s in zip(ceiling, l2, strict=True)]
         style = {"marker": {"color": GREEN}, "width": 0.35, "textposition": "outside"}
         bars.append(bar(ceiling, name="% of the measured ceiling", text=words, **style, **RIGHT))
@@ -202,42 +202,33 @@ def peak_panel(shown: list, share: dict) -> tuple[list[dict], dict]:
     return bars, {"xaxis": {**share, "domain": share_at}, "xaxis2": xaxis2, "annotations": titles}
 
 
-def frames(callsite: str) -> list[str]:
-    """A call site's frames, outermost first; a bracketed note (a CUDA graph's replay
-    site, autotuning) stays on the innermost frame."""
-    chain, bracket, note = callsite.partition(" [")
-    out = chain.split(" > ")
-    out[-1] += bracket + note
-    return out
-
-
-def warm(frame: str) -> str:
+def flame_colour(function: str) -> str:
     """A frame's colour as flame graphs draw them: warm, the same for the same function."""
-    hue = zlib.crc32(frame.partition(" ")[2].encode()) % 50  # its function, its line apart
+    hue = zlib.crc32(function.encode()) % 50
     return f"hsl({hue}, 80%, {58 + hue % 3 * 6}%)"
 
 
-def callsites(summary: dict) -> Figure | None:
+def draw_callsites(summary: Summary) -> Figure | None:
     """The call sites as an icicle (a flame graph root up): each frame of the user's,
     then the kernels it launched, as wide as their GPU time; the source line on hover."""
-    sites, names = summary.get("proton_callsites") or [], readable(summary)
-    if not sites:
+    if not (sites := summary.proton_callsites):
         return None
     # id (a node's path from the root; a kernel's holds a NUL, which no frame does) ->
     # label, parent, hover, ms, colour
     nodes = {"all": ["all call sites", "", "all call sites", 0.0, "#e8edf3"]}
     for site in sites[:MOST]:  # the largest first
-        parent = "all"
-        for frame in frames(site["callsite"]):  # a node's id: its path from the root
-            node = f"{parent}\n{frame}"
-            nodes.setdefault(node, [cut(frame), parent, text(frame), 0.0, warm(frame)])
+        parent, texts = "all", site.frame_texts()
+        functions = [""] * (len(texts) - len(site.frames)) + [f.function for f in site.frames]
+        for frame, function in zip(texts, functions, strict=True):
+            node = f"{parent}\n{frame}"  # a node's id: its path from the root
+            colour = flame_colour(function)
+            nodes.setdefault(node, [shorten(frame), parent, text(frame), 0.0, colour])
             parent = node
-        source = text(site.get("source") or "(no source line here)")
-        for k in site["kernels"]:
-            name = names.get(k["name"], k["name"])
-            hover = f"{text(name)}<br>{k.get('launches')} launches<br>{source}"
-            leaf = nodes.setdefault(f"{parent}\n\0{name}", [cut(name), parent, hover, 0.0, PALE])
-            leaf[3] += k["ms"]
+        source = text(site.source or "(no source line here)")
+        for k in site.kernels:
+            hover = f"{text(k.readable_name)}<br>{k.launches} launches<br>{source}"
+            leaf = [shorten(k.readable_name), parent, hover, 0.0, PALE]
+            nodes.setdefault(f"{parent}\n\0{k.readable_name}", leaf)[3] += k.ms
     label, parent, hover, ms, colour = zip(*nodes.values(), strict=True)
     icicle = {
         "type": "icicle",
@@ -253,29 +244,27 @@ def callsites(summary: dict) -> Figure | None:
     }
     fig = figure([icicle], 520, margin={**MARGIN, "l": 10})
     caption = ["Each frame as wide as the GPU time launched under it; click to zoom in."]
-    caption += more(sites, MOST, "call sites")
+    caption += count_rest(sites, MOST, "call sites")
     return Figure("callsites", "Call sites (icicle of the folded stacks)", caption, fig)
 
 
 def site_label(entry: dict) -> str:
-    """A timeline entry as a row's label: its rank, its two innermost frames."""
+    """A timeline entry as a row's label: its rank, the end of its call site."""
     rank = f"rank {entry['rank']}: " if "rank" in entry else ""
-    sites = " > ".join(frames(entry["callsite"])[-2:]) if entry["callsite"] else "(no frame)"
-    return cut(rank + sites)
+    return rank + shorten_left(entry["callsite"] or "(no frame)")
 
 
-def timeline(summary: dict) -> Figure | None:
+def draw_timeline(summary: Summary) -> Figure | None:
     """Each call site's launches over its span as a strip of bins, a bin's colour the
     share of it in which the site's kernels ran: the idle gaps are the pale bins."""
-    entries = [e for e in summary.get("proton_timeline") or [] if e.get("busy_by_bin")]
-    shown = entries[:SITES]
-    if not shown:
+    entries = [e for e in summary.proton_timeline or [] if e.get("busy_by_bin")]
+    if not (drawn := entries[:SITES]):
         return None
-    bins = len(shown[0]["busy_by_bin"])
-    labels = [f"{i}. {site_label(e)}, bins of {e['bin_us']:.3g} us" for i, e in enumerate(shown, 1)]
+    bins = len(drawn[0]["busy_by_bin"])
+    labels = [f"{i}. {site_label(e)}, bins of {e['bin_us']:.3g} us" for i, e in enumerate(drawn, 1)]
     strip = {
         "type": "heatmap",
-        "z": [e["busy_by_bin"] for e in shown],
+        "z": [e["busy_by_bin"] for e in drawn],
         "x": [100 * (i + 0.5) / bins for i in range(bins)],
         "zmin": 0,
         "zmax": 1,
@@ -285,45 +274,43 @@ def timeline(summary: dict) -> Figure | None:
         "hovertemplate": "%{y}<br>at %{x:.1f}% of its span: busy %{z:.0%}<extra></extra>",
     }
     span = {"title": {"text": "% of the call site's span"}}
-    fig = figure([strip], height(len(shown)), yaxis={"autorange": "reversed"}, xaxis=span)
-    idle = [e.get("median_idle_us") for e in shown]
+    fig = figure([strip], height(len(drawn)), yaxis={"autorange": "reversed"}, xaxis=span)
+    idle = [e.get("median_idle_us") for e in drawn]
     caption = [
         f"{site_label(e)}: {e['launches']} launches over {e['span_ms']:.3f} ms, busy "
         f"{e['busy']:.0%}, median idle " + ("-" if gap is None else f"{gap:.1f} us")
-        for e, gap in zip(shown[:5], idle, strict=False)
+        for e, gap in zip(drawn[:5], idle, strict=False)
     ]
-    caption += [f"<b>{text(said)}</b>" for e in entries if (said := launch_bound(e))]
+    caption += [f"<b>{text(e['launch_bound'])}</b>" for e in entries if e.get("launch_bound")]
     title = f"Timeline per call site ({bins} bins of each site's span)"
-    return Figure("timeline", title, caption + more(entries, SITES, "call sites"), fig)
+    return Figure("timeline", title, caption + count_rest(entries, SITES, "call sites"), fig)
 
 
-def ranks(summary: dict) -> Figure | None:
+def draw_ranks(summary: Summary) -> Figure | None:
     """Each rank's GPU time, with the imbalance and the start skew where known."""
-    rows = summary.get("proton_ranks") or []
-    if not rows:
+    if not (every := summary.proton_ranks):
         return None
-    every, rows = rows, rows[:MOST]
+    rows = every[:MOST]
     x, y = [f"rank {r['rank']}" for r in rows], [r["gpu_time_ms"] for r in rows]
     words = [f"{r.get('kernel_count')} launches" for r in rows]
     bars = {"type": "bar", "x": x, "y": y, "text": words}
     fig = figure([bars], 320, yaxis={"title": {"text": "GPU ms"}})
-    return Figure("ranks", "Ranks", rank_notes(summary) + more(every, MOST, "ranks"), fig)
+    return Figure("ranks", "Ranks", rank_notes(summary) + count_rest(every, MOST, "ranks"), fig)
 
 
-def scopes(summary: dict) -> Figure | None:
+def draw_scopes(summary: Summary) -> Figure | None:
     """Each kernel's scopes by their share of its cycles (the instrumentation backend)."""
-    rows = summary.get("proton_scopes") or []
-    if not (shown := rows[:TOP]):
+    if not (drawn := (summary.proton_scopes or [])[:TOP]):
         return None
-    shares = bar([s["share"] for s in shown], text=[f"{s['cycles']:.3g} cycles" for s in shown])
-    labels = rows_axis([cut(f"{s['kernel']}: {s['scope']}") for s in shown])
-    fig = figure([shares], height(len(shown)), yaxis=labels, xaxis={"tickformat": ".0%"})
+    shares = bar([s["share"] for s in drawn], text=[f"{s['cycles']:.3g} cycles" for s in drawn])
+    labels = rows_axis([shorten(f"{s['kernel']}: {s['scope']}") for s in drawn])
+    fig = figure([shares], height(len(drawn)), yaxis=labels, xaxis={"tickformat": ".0%"})
     caption = [
         text(
             f"{s['kernel']}: {s['launches']} launches over {s['sms']} SMs, CTAs per SM per "
             f"launch {s['ctas_per_sm'][0]:g} to {s['ctas_per_sm'][2]:g}"
         )
-        for s in summary.get("proton_sm_spread") or []
+        for s in summary.proton_sm_spread or []
     ]
     return Figure("scopes", "Scopes: cycles inside each kernel", caption, fig)
 
@@ -344,68 +331,70 @@ def points(at: int, times: list | None, mean: float | None, base: bool) -> list[
     return [markers([t / mean for t in times], at, marker, hover)]
 
 
-def judged(at: int, row: dict) -> dict:
+def ratio_marker(at: int, row: Row) -> dict:
     """A row's ratio, now over the base, with its interval (its ratio alone where it has
     none: one run a side), coloured by its verdict."""
-    r = row["ratio"]
-    low, high = (r, r) if row.get("low") is None else (row["low"], row["high"])
-    marker = {**DIAMOND, "color": VERDICT_COLOURS.get(row["verdict"], "#9467bd")}
-    hover = f"{row['verdict']}: %{{x:.3f}} ({low:.3f} to {high:.3f})<extra></extra>"
+    r = row.ratio
+    low, high = (r, r) if row.low is None else (row.low, row.high)
+    marker = {**DIAMOND, "color": VERDICT_COLOURS.get(row.verdict, "#9467bd")}
+    hover = f"{row.verdict}: %{{x:.3f}} ({low:.3f} to {high:.3f})<extra></extra>"
     return markers([r], at, marker, hover, error_x={"array": [high - r], "arrayminus": [r - low]})
 
 
-def compared(summary: dict) -> Figure | None:
+def draw_comparison(summary: Summary) -> Figure | None:
     """Each compared row: its trials as points over the base's mean, its ratio with the
     interval it was judged by, coloured by the verdict."""
-    diff = summary.get("proton_diff")
-    if not diff:
+    if not (diff := summary.proton_diff):
         return None
-    rows = [diff["total"], *diff["kernels"][:TOP], *diff["callsites"][:TOP]]  # GPU time first
+    rows = [diff.total, *diff.kernels[:TOP], *diff.callsites[:TOP]]  # GPU time first
     data, labels = [], []
     for at, row in enumerate(rows):
-        what = row.get("readable_name") or " > ".join(frames(row.get("callsite", ""))[-2:])
-        labels.append(f"{cut(what)}: <b>{row['verdict']}</b>")
-        data += points(at, row.get("base_times_ms"), row.get("base_ms"), base=True)
-        data += points(at, row.get("times_ms"), row.get("base_ms"), base=False)
-        data += [judged(at, row)] if row.get("ratio") is not None else []
+        labels.append(f"{shorten_left(row.label())}: <b>{row.verdict}</b>")
+        data += points(at, row.base_times_ms, row.base_ms, base=True)
+        data += points(at, row.times_ms, row.base_ms, base=False)
+        data += [ratio_marker(at, row)] if row.ratio is not None else []
     xaxis = {"title": {"text": "time over the base's mean"}}
     fig = figure(data, height(len(rows)), yaxis=rows_axis(labels), xaxis=xaxis, shapes=[RATIO_1])
     caption = [
         "Diamonds: now over the base, with the interval it was judged by; points: each "
         "trial's time, open the base's, filled now's (where the summary records them)."
     ]
-    return Figure("compare", f"Compared with {text(diff.get('base'))}", caption, fig)
+    return Figure("compare", f"Compared with {text(diff.base)}", caption, fig)
 
 
-def trials(summary: dict) -> Figure | None:
-    """A run of trials: each kernel's time in each trial over its mean (without the times
-    in the summary, its min, mean and max)."""
-    runs = summary.get("proton_trials") or {}
-    rows, names = runs.get("kernels", [])[:TOP], readable(summary)
-    if not rows:
+def draw_trials(summary: Summary) -> Figure | None:
+    """A run of trials: each kernel's time in each trial over its mean."""
+    if not (runs := summary.proton_trials) or not (rows := runs.kernels[:TOP]):
         return None
     data = []
     for at, k in enumerate(rows):
-        times = k.get("times_ms") or [k["min_ms"], k["mean_ms"], k["max_ms"]]
-        data += points(at, times, k["mean_ms"], base=False)
-    labels = [f"{cut(names.get(k['name'], k['name']))}, cv {k['cv'] or 0:.1%}" for k in rows]
+        data += points(at, k.times_ms, k.mean_ms, base=False)
+    labels = [f"{shorten(k.readable_name or k.name)}, cv {k.cv or 0:.1%}" for k in rows]
     xaxis = {"title": {"text": "time over the kernel's mean"}}
     fig = figure(data, height(len(rows)), yaxis=rows_axis(labels), xaxis=xaxis, shapes=[RATIO_1])
-    return Figure("trials", f"Trials: each kernel's time in each of {runs['n']}", [], fig)
+    return Figure("trials", f"Trials: each kernel's time in each of {runs.n}", [], fig)
 
 
-VIEWS = (kernels, callsites, compared, trials, timeline, ranks, scopes)
+VIEWS = (
+    draw_kernels,
+    draw_callsites,
+    draw_comparison,
+    draw_trials,
+    draw_timeline,
+    draw_ranks,
+    draw_scopes,
+)
 
 
-def page(summary: dict) -> str:
+def page(summary: Summary) -> str:
     """The page of summary, one HTML document with plotly's JavaScript inline, once."""
-    parts = top(summary)
+    parts = draw_top(summary)
     drawn = filter(None, (view(summary) for view in VIEWS))  # a view without its key: None
     for i, (key, heading, caption, fig) in enumerate(drawn):
         parts += [f"<h2>{heading}</h2>", *(f'<p class="caption">{line}</p>' for line in caption)]
         options = {"include_plotlyjs": i == 0, "full_html": False, "div_id": key}
         parts.append(pio.to_html(fig, CONFIG, validate=False, **options))
-    title = html.escape(f"Proton summary: {summary.get('proton_artifact_dir', '')}")
+    title = html.escape(f"Proton summary: {summary.proton_artifact_dir}")
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
         f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"

@@ -6,7 +6,8 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from summary.recipe import Recipe, Refused
+from summary import Refused
+from summary.recipe import Recipe
 
 # A run's kind, by its data and whether it runs the instrumentation backend.
 KINDS = {("tree", False): "profile", ("trace", False): "trace", ("tree", True): "intra"}

@@ -5,6 +5,8 @@ import sys
 from dataclasses import dataclass, replace
 from reprlib import repr as short  # a value quoted in a one-line message, cut short
 
+from summary import Refused
+
 ALLOWED = {
     "mode": ["cli", "env"],
     "backend": ["auto", "cupti", "rocprofiler", "roctracer", "instrumentation"],
@@ -20,11 +22,6 @@ BACKEND_MODES = dict(cupti=ALLOWED["backend_mode"], rocprofiler=ALLOWED["backend
 BACKEND_MODES["roctracer"] = ["periodic_flushing"]
 MAX_TRIALS = 999
 RECIPE_KEYS = ("mode", "backend", "context", "data", "hook")  # the keys a Recipe keeps as given
-
-
-class Refused(Exception):
-    """What profile.sh refuses (exit 2), a recipe aorta would not run among them: a
-    one-line message."""
 
 
 @dataclass(frozen=True)

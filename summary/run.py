@@ -29,13 +29,14 @@ TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 LIBRARY = re.compile(
     r"^<|/lib/python3\.\d+/(?!(site|dist)-packages/)|/(site|dist)-packages/(triton|torch)/"
 )
-PACKAGES = tuple(
+LIBRARY_ROOTS = tuple(
     f"{root.rstrip('/')}/"
     for spec in map(find_spec, ("triton", "torch"))
     for root in (spec and spec.submodule_search_locations or [])
 )
 CAPTURED_AT, AUTOTUNING = "<captured_at>", "<autotuning>"  # links of chains, not frames
 CAPTURED, AUTOTUNED = (CAPTURED_AT, 0, ""), (AUTOTUNING, 0, "")  # as frames, one object each
+MAX_NAME = 100  # a kernel's readable name, at most (a C++ name's template arguments elided)
 MAX_FRAMES = 200  # a call site shows its innermost frames (Python's stacks stop near 1,000)
 # The metrics Proton's launch hook records from a kernel's launch_metadata.
 ROOFLINE = ("bytes", "flops", "flops8", "flops16", "flops32", "flops64")
@@ -89,17 +90,17 @@ def first_ms(metrics: dict, times: list) -> float | None:
 
 
 @dataclass
-class Kernel:
+class Launches:
     """Launches summed: of one kernel, of one kernel at one call site, or of one file read."""
 
     ms: float = 0.0
     launches: int | None = 0  # None: a count was unreadable
     bytes: float = 0.0
     flops: dict = field(default_factory=dict)  # flops, flops8 ... flops64, as recorded
-    devices: set = field(default_factory=set)  # (type, id) of the launches that did
+    device_ids: set = field(default_factory=set)  # (type, id) of the launches that did
     durations: list = field(default_factory=list)  # us of each launch, from traces
 
-    def add(self, ms: float, launches: int | None) -> "Kernel":
+    def add(self, ms: float, launches: int | None) -> "Launches":
         self.ms += ms
         self.launches = None if None in (launches, self.launches) else self.launches + launches
         return self
@@ -110,24 +111,24 @@ class Capture:
     """What a run's captures add up to."""
 
     chains: "Chains" = field(default_factory=lambda: Chains())
-    kernels: dict = field(default_factory=dict)  # name -> Kernel
+    kernels: dict = field(default_factory=dict)  # name -> Launches
     sites: dict = field(default_factory=dict)  # (chain, name) -> [ms, launches or None]
     scopes: dict = field(default_factory=dict)  # (kernel, scope) -> [cycles, normalized]
     cpu: dict = field(default_factory=dict)  # CPU-timed scope -> [CPU ms, GPU ms inside]
     unusable: int = 0  # kernel leaves with times, none of them usable
     untimed: set = field(default_factory=set)  # metric names of leaves with no time
-    file: Kernel = field(default_factory=Kernel)  # the launches of the file being added
+    file: Launches = field(default_factory=Launches)  # the launches of the file being added
 
-    def launched(self, name: str, chain: int, ms: float, launches: int | None) -> Kernel:
+    def launch(self, name: str, chain: int, ms: float, launches: int | None) -> "Launches":
         site = self.sites.setdefault((chain, name), [0.0, 0])  # a list: cheap to make per leaf
         site[0] += ms
         site[1] = None if None in (launches, site[1]) else site[1] + launches
         self.file.add(ms, launches)
-        return self.kernels.setdefault(name, Kernel()).add(ms, launches)
+        return self.kernels.setdefault(name, Launches()).add(ms, launches)
 
     def leaf(
         self, name: str, metrics: dict, ms: float | None, chain: int, kinds: tuple
-    ) -> Kernel | None:
+    ) -> Launches | None:
         """Adds a leaf's launches, if it is a kernel: a usable time, a name, not ROOT
         (kinds: layout's of its metrics)."""
         if not (name := name.strip()) or name == "ROOT":
@@ -139,14 +140,16 @@ class Capture:
                 self.untimed.update(set(metrics) - {"count"})
             return None
         count = number(metrics.get("count"))
-        kernel = self.launched(name, chain, ms, None if count is None else int(count))
+        kernel = self.launch(name, chain, ms, None if count is None else int(count))
         for key in roofline:  # bytes and flops of Proton's launch hook
             if value := number(metrics[key]):
                 if key == "bytes":
                     kernel.bytes += value
                 else:
                     kernel.flops[key] = kernel.flops.get(key, 0.0) + value
-                kernel.devices.add((str(metrics.get("device_type")), str(metrics.get("device_id"))))
+                kernel.device_ids.add(
+                    (str(metrics.get("device_type")), str(metrics.get("device_id")))
+                )
         return kernel
 
 
@@ -202,7 +205,7 @@ def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
             for frame in stack:
                 chain = capture.chains.step(chain, frame)[0]
             by_stack[stack] = chain
-        capture.launched(name, chain, dur / 1e3, 1).durations.append(dur)
+        capture.launch(name, chain, dur / 1e3, 1).durations.append(dur)
         launches.append((float(ts), ts + dur, chain, name))
     return launches, scoped
 
@@ -220,7 +223,7 @@ def frame_of(name: str) -> tuple | bool | None:
         file.endswith("triton/testing.py") and func.startswith("do_bench")
     ):
         return AUTOTUNED
-    if LIBRARY.search(file) or file.startswith(PACKAGES) or func.startswith("__proton"):
+    if LIBRARY.search(file) or file.startswith(LIBRARY_ROOTS) or func.startswith("__proton"):
         return False
     return False if file.endswith("/proton_launch.py") else (file, int(line), func)
 
@@ -252,32 +255,14 @@ class Chains:
             self.depths.append(self.depths[key[0]] + 1)
         return found, True
 
-    def texts(self, chains: list, names: dict) -> dict:
-        """Each of chains as "file:line function > ...", outermost first: past MAX_FRAMES,
-        the innermost below a count of the rest."""
-        return {
-            chain: " > ".join(frame_text(f, names) for f in self.frames(chain)) for chain in chains
-        }
-
-    def frames(self, chain: int) -> list:
-        """[file, line, function, repeats] of each link, outermost first: the innermost
-        MAX_FRAMES, below a marker that counts the rest."""
+    def frames(self, chain: int) -> tuple[list, int]:
+        """(file, line, function, repeats) of each link, outermost first, of the innermost
+        MAX_FRAMES; and how many links above them are left out."""
         out = []
         while chain and len(out) < MAX_FRAMES:
             chain, frame, repeats = self.links[chain]
-            out.append([*frame, repeats])
-        if chain:
-            out.append([f"[{self.depths[chain]} outer frames]", 0, "", 1])
-        return out[::-1]
-
-
-def frame_text(frame: list, names: dict) -> str:
-    """A link of a chain, [file, line, function, repeats], as "file:line function", its
-    file by the name names give it (a recursion: "(xN)"); a marker link as itself."""
-    file, line, func, repeats = frame
-    if not (line or func):  # CAPTURED, AUTOTUNED, or the outer frames left out
-        return file
-    return f"{names.get(file, file)}:{line} {func}" + (f" (x{repeats})" if repeats > 1 else "")
+            out.append((*frame, repeats))
+        return out[::-1], self.depths[chain]
 
 
 def short_names(files: set) -> dict:
@@ -292,11 +277,48 @@ def short_names(files: set) -> dict:
     return names
 
 
+def demangle(name: str) -> str:
+    """A name as a table shows it: a C++ name demangled, without its return type and
+    parameters, its template arguments nested deeper than two levels (all, if still
+    long) shortened to <…>; any other name as it is."""
+    import cxxfilt
+
+    try:
+        text = cxxfilt.demangle(name)  # a name not starting _Z as it is
+    except (cxxfilt.Error, ValueError):  # not a C++ name after all, or not UTF-8
+        return name
+    if text != name and text.endswith(")"):  # the last balanced (...): parameters
+        depth = 0
+        for i in reversed(range(len(text))):
+            depth += {")": 1, "(": -1}.get(text[i], 0)
+            if depth == 0:
+                text = text[:i].removeprefix("void ")
+                break
+    short = elided(text, 2) if "<" in text else text
+    short = short if len(short) <= MAX_NAME else elided(text, 1)
+    return short if len(short) <= MAX_NAME else short[: MAX_NAME - 1] + "…"
+
+
+def elided(name: str, keep: int) -> str:
+    """name with template arguments nested keep or more levels deep as …"""
+    out, depth = [], 0
+    for ch in name:
+        depth -= ch == ">"
+        if depth < keep:
+            out.append(ch)
+        elif depth == keep and out[-1] != "…":
+            out.append("…")
+        depth += ch == "<"
+    return "".join(out).replace(" >", ">")
+
+
 @functools.cache
 def proton_specs() -> dict:
     """The installed Proton's device specs (triton/profiler/specs.py), run alone: the file
     imports nothing, and importing Triton for it would cost each summary 0.14 s."""
-    return runpy.run_path(next(p for p in PACKAGES if p.endswith("/triton/")) + "profiler/specs.py")
+    return runpy.run_path(
+        next(p for p in LIBRARY_ROOTS if p.endswith("/triton/")) + "profiler/specs.py"
+    )
 
 
 def peak(spec: str, *args: object) -> float | None:
@@ -308,7 +330,7 @@ def peak(spec: str, *args: object) -> float | None:
         return None
 
 
-def devices(records: list) -> dict:
+def read_devices(records: list) -> dict:
     """The devices a tree's second part describes, (type, id) -> properties."""
     out = {}
     for record in records:  # dicts, as Run.add picks them
@@ -351,7 +373,7 @@ class Run:
 
     def add(self, path: Path, data: object, rank: int | None) -> None:
         """Adds a decoded capture (a tree or a trace); ValueError where it is neither."""
-        file = self.capture.file = Kernel()
+        file = self.capture.file = Launches()
         if isinstance(data, dict) and isinstance(data.get("traceEvents"), list):
             kernels, scoped = walk_trace(data["traceEvents"], self.capture)
             self.traced.append((path, rank, kernels, epoch_ns(data)))
@@ -362,7 +384,9 @@ class Run:
             if not any(isinstance(r, dict) and "frame" in r for r in roots):
                 raise ValueError("not a Proton tree or trace (no frame at the top, no traceEvents)")
             walk_tree(roots, self.capture)
-            self.devices |= devices([r for r in roots if isinstance(r, dict) and "frame" not in r])
+            self.devices |= read_devices(
+                [r for r in roots if isinstance(r, dict) and "frame" not in r]
+            )
         self.read.append(path)
         self.per_file.append((rank, path, file.ms, file.launches))
 

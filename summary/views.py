@@ -1,14 +1,14 @@
 """The summary's views beyond aorta's keys, kernels and call sites (parse_hatchet.py):
 how good each kernel is (its rates against the device's peak and a measured ceiling, the
 spread of its launches), the timeline of each call site and its launch-bound diagnosis,
-ranks, scopes inside kernels, and folded stacks. Each returns what it adds; each table is
-a list of lines, escaped by its caller."""
+ranks, scopes inside kernels, and a run of trials' spread. Each returns
+what it adds; summary/text.py and page.py draw them."""
 
-import math
 from collections import Counter
-from statistics import median, quantiles
+from statistics import fmean, median, quantiles, stdev
 
-from summary.run import Capture, Kernel, Run, frame_text, number, peak, printable, short_names
+from summary.records import Spread, Summary, Trials
+from summary.run import Launches, Run, number, peak
 
 LAUNCH_GAP_US = 100  # gaps up to this long between a loop's launches: the host's launch cost
 PLAIN_FLOPS_WIDTH = 32  # `flops` without a width are weighed against the 32-bit peak
@@ -20,42 +20,64 @@ def p90(values: list) -> float:
     return quantiles(values, n=10, method="inclusive")[-1] if values[1:] else values[0]
 
 
-def of(run: Run, sites: dict) -> dict:
-    """Timelines, ranks and scopes of run (sites: chain -> its call site's row)."""
+def measure(run: Run, sites: dict) -> dict:
+    """Timelines, ranks and scopes of run (sites: chain -> its CallSite)."""
     out = {}
     if run.traced and run.capture.kernels:
-        out["proton_timeline"] = timelines(run.traced, sites)
+        out["proton_timeline"] = build_timelines(run.traced, sites)
     if ranked := [entry for entry in run.per_file if entry[0] is not None]:
         if run.capture.kernels:  # scopes alone have no time to compare ranks by
-            out.update(ranks(ranked, run.traced))
+            out.update(sum_ranks(ranked, run.traced))
     if run.capture.scopes:
-        out["proton_scopes"] = tree_scopes(run.capture.scopes)
+        out["proton_scopes"] = sum_tree_scopes(run.capture.scopes)
     if run.scoped:
-        out["proton_scopes"], out["proton_sm_spread"] = trace_scopes(run.scoped)
+        out["proton_scopes"], out["proton_sm_spread"] = sum_trace_scopes(run.scoped)
     if run.capture.cpu:
         rows = [{"scope": n, "cpu_ms": c, "gpu_ms": g} for n, (c, g) in run.capture.cpu.items()]
         out["proton_cpu_scopes"] = sorted(rows, key=lambda row: row["cpu_ms"], reverse=True)
     return out
 
 
-def device_of(k: Kernel, devices: dict) -> dict | None:
+def describe_spread(times: list) -> dict:
+    """mean, min and max ms across trials, and the coefficient of variation (None for one
+    trial, or a mean of 0)."""
+    mean = fmean(times)
+    cv = stdev(times) / mean if len(times) > 1 and mean else None
+    return {"mean_ms": mean, "min_ms": min(times), "max_ms": max(times), "cv": cv}
+
+
+def spread_trials(summaries: list[Summary]) -> Trials:
+    """proton_trials: n, and each kernel's time per trial across trials, the largest first."""
+    times, names = {}, {}
+    for i, summary in enumerate(summaries):
+        for k in summary.proton_kernels:
+            times.setdefault(k.name, [0.0] * len(summaries))[i] += k.total_ms
+            names.setdefault(k.name, k.readable_name)
+    rows = [
+        Spread(name=n, readable_name=names[n], **describe_spread(t), times_ms=t)
+        for n, t in times.items()
+    ]
+    return Trials(n=len(summaries), kernels=sorted(rows, key=lambda r: r.mean_ms, reverse=True))
+
+
+def find_device(k: Launches, devices: dict) -> dict | None:
     """The device a kernel's launches ran on, or the one model of all of them."""
-    found = [devices.get(d) for d in k.devices]
+    found = [devices.get(d) for d in k.device_ids]
     model = [{**d, "id": None} if d else None for d in found]
     return found[0] if found and all(m == model[0] for m in model) else None
 
 
-def rates(k: Kernel, devices: dict, ceilings: list) -> dict:
+def measure_rates(k: Launches, devices: dict, ceilings: list) -> dict:
     """A kernel's rates (bytes and flops from Proton's launch hook) against its device's
     nominal peak and its measured ceiling, and from traces the spread of its launches."""
     seconds, row = k.ms / 1e3, {}
-    device = device_of(k, devices)
+    device = find_device(k, devices)
     if k.bytes:
         rate = row["gbyte_per_s"] = k.bytes / seconds / 1e9 if seconds else None
         nominal = row["peak_gbyte_per_s"] = device and device["peak_gbyte_per_s"]
         row["pct_of_peak_bw"] = rate / nominal if rate and nominal else None
         if rate:
-            row.update(against_ceiling(rate, k.bytes / (k.launches or 1), device, ceilings))
+            row.update(compare_to_ceiling(rate, k.bytes / (k.launches or 1), device, ceilings))
     if k.flops and seconds:  # as Proton defines them: flops<width>/s, one figure a width
         row.update({f"flop{key[5:]}_per_s": value / seconds for key, value in k.flops.items()})
         peaks = {key: peak_flops(device, key) for key in k.flops}
@@ -67,7 +89,9 @@ def rates(k: Kernel, devices: dict, ceilings: list) -> dict:
     return row
 
 
-def against_ceiling(rate: float, launch_bytes: float, device: dict | None, ceilings: list) -> dict:
+def compare_to_ceiling(
+    rate: float, launch_bytes: float, device: dict | None, ceilings: list
+) -> dict:
     """rate as a share of the copy measured on the device's model (`make ceiling`) at the
     nearest size at or above a launch's bytes, and whether those bytes fit its L2."""
     keys = ("arch", "sm_count", "memory_bus_bits")  # the H100 and H200 differ in the last
@@ -90,7 +114,7 @@ def peak_flops(device: dict | None, key: str) -> float | None:
     return peak("max_flops", device["type"], device["arch"], width, device["sm_count"], khz)
 
 
-def timelines(traced: list, sites: dict) -> list:
+def build_timelines(traced: list, sites: dict) -> list:
     """A timeline of each process (one's phases are one), and in it each call site's."""
     by_process = {}
     for path, rank, launches, _ in traced:
@@ -99,11 +123,13 @@ def timelines(traced: list, sites: dict) -> list:
     out = []
     for rank, launches in by_process.values():
         ranked = {} if rank is None else {"rank": rank}
-        out += [{**ranked, **entry} for entry in timeline(launches, sites)]
+        out += [{**ranked, **entry} for entry in build_timeline(launches, sites)]
+    for entry in out:
+        entry["launch_bound"] = launch_bound(entry)
     return sorted(out, key=lambda entry: entry["kernel_ms"], reverse=True)  # across ranks
 
 
-def timeline(launches: list, sites: dict) -> list:
+def build_timeline(launches: list, sites: dict) -> list:
     """Each call site's launches, summed and spanned ms, busy share of its span (streams
     counted once), median idle time between launches and busy share in each of BINS bins:
     one sort and one pass, O(n log n) in launches."""
@@ -127,11 +153,11 @@ def timeline(launches: list, sites: dict) -> list:
             for a, b in zip(at, at[1:], strict=False)
         ]
         counts = Counter(launches[i][3] for i in at)
-        site = sites.get(chain, {"callsite": "", "source": None})
+        site = sites.get(chain)
         entries.append(
             {
-                "callsite": site["callsite"],
-                "source": site["source"],
+                "callsite": site.callsite if site else "",
+                "source": site and site.source,
                 "launches": len(at),
                 "kernel_ms": sum(launches[i][1] - launches[i][0] for i in at) / 1e3,
                 "span_ms": span / 1e3,
@@ -139,13 +165,13 @@ def timeline(launches: list, sites: dict) -> list:
                 "median_idle_us": median(idle) if idle else None,
                 "fewest_launches_of_a_kernel": min(counts.values()),
                 "bin_us": span / BINS or 1.0,
-                "busy_by_bin": binned([launches[i][:2] for i in at], span / BINS or 1.0),
+                "busy_by_bin": bin_busy([launches[i][:2] for i in at], span / BINS or 1.0),
             }
         )
     return sorted(entries, key=lambda e: e["kernel_ms"], reverse=True)
 
 
-def binned(spans: list, width: float) -> list:
+def bin_busy(spans: list, width: float) -> list:
     """The share of each of BINS bins of width us, from the first span's start, in which
     the spans (start, end) ran, a span across bins split between them (overlapping streams
     add up): each span costs the bins it covers, so all cost launches + BINS x streams."""
@@ -157,29 +183,6 @@ def binned(spans: list, width: float) -> list:
             busy[at] += edge - start
             start, at = edge, at + 1
     return [round(b / width, 3) for b in busy]
-
-
-def timeline_table(summary: dict, top: int) -> list:
-    """Each call site's timeline; then each that looks like a loop held back by the host:
-    every kernel launched 3 times or more, the GPU busy under half of the span, and gaps
-    the size of a launch's host cost (launch_bound)."""
-    ranked = any("rank" in e for e in summary["proton_timeline"])
-    lines = [
-        "timeline per call site (busy: the share of the site's span in which any kernel ran; "
-        "idle: the median gap between its launches)",
-        f"{'kernel ms':>10} {'span ms':>9} {'busy':>5} {'launches':>8} {'idle us':>8}  "
-        + ("rank  " if ranked else "")
-        + "call site",
-    ]
-    for e in summary["proton_timeline"][:top]:
-        idle = "" if e["median_idle_us"] is None else f"{e['median_idle_us']:.1f}"
-        rank = f"{e.get('rank', ''):>4}  " if ranked else ""
-        site = e["callsite"] + (f"  {e['source']}" if e["source"] else "")
-        lines.append(
-            f"{e['kernel_ms']:10.4f} {e['span_ms']:9.4f} {e['busy']:5.0%} "
-            f"{e['launches']:>8} {idle:>8}  {rank}{site or '(no frame of yours)'}"
-        )
-    return lines + [said for e in summary["proton_timeline"] if (said := launch_bound(e))]
 
 
 def launch_bound(e: dict) -> str | None:
@@ -199,7 +202,7 @@ def launch_bound(e: dict) -> str | None:
     )
 
 
-def ranks(per_file: list, traced: list) -> dict:
+def sum_ranks(per_file: list, traced: list) -> dict:
     """proton_ranks, each rank's sums by rank; proton_rank_imbalance, the busiest rank's GPU
     time over the mean; from traces, each rank's first start and last end on one clock and
     proton_rank_start_skew (null where a trace does not say when its clock started)."""
@@ -232,41 +235,7 @@ def ranks(per_file: list, traced: list) -> dict:
     return {**out, "proton_rank_start_skew": {"rank": latest, "ms": skew}}
 
 
-def ranks_table(summary: dict, top: int) -> list:
-    ranks_, skew = summary["proton_ranks"], summary.get("proton_rank_start_skew")
-    zero = min(r.get("first_kernel_start_ns", math.inf) for r in ranks_) if skew else 0
-    clocked = f" {'first ms':>9} {'last ms':>9}" if skew else ""
-    lines = [f"{'rank':>6} {'GPU ms':>10} {'launches':>8} {'vs mean':>8}{clocked}  files"]
-    mean = sum(r["gpu_time_ms"] for r in ranks_) / len(ranks_)
-    for r in ranks_[:top]:
-        n = "?" if r["kernel_count"] is None else r["kernel_count"]
-        vs = f"{r['gpu_time_ms'] / mean:8.2f}" if mean else f"{'':8}"
-        at = f" {'':9} {'':9}" if skew else ""  # a rank that launched nothing: no span
-        if skew and "first_kernel_start_ns" in r:
-            first, last = r["first_kernel_start_ns"] - zero, r["last_kernel_end_ns"] - zero
-            at = f" {first / 1e6:9.3f} {last / 1e6:9.3f}"
-        files = ", ".join(f.rsplit("/", 1)[-1] for f in r["files"])
-        lines.append(f"{r['rank']:>6} {r['gpu_time_ms']:10.4f} {n:>8} {vs}{at}  {files}")
-    clock = ["first and last ms: a rank's first kernel start and last end, from the earliest"]
-    return lines + rank_notes(summary) + (clock if skew else [])
-
-
-def rank_notes(summary: dict) -> list:
-    """The ranks' imbalance and start skew in words, as the table and the page say them."""
-    notes, skew = [], summary.get("proton_rank_start_skew")
-    if (imbalance := summary.get("proton_rank_imbalance")) is not None:
-        notes.append(f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}")
-    if skew:
-        notes.append(
-            f"start skew, on one clock: rank {skew['rank']} starts its GPU work last, "
-            f"{skew['ms']:.3f} ms after the first"
-        )
-    elif "proton_rank_start_skew" in summary:
-        notes.append("ranks' clocks are not comparable (no baseTimeNanoseconds): no start skew")
-    return notes
-
-
-def tree_scopes(scopes: dict) -> list:
+def sum_tree_scopes(scopes: dict) -> list:
     """Per kernel and scope of an instrumentation tree: cycles, normalized cycles (per CTA
     and warp) and the scope's share of its kernel's scope cycles, the largest first."""
     per_kernel = {}
@@ -285,7 +254,7 @@ def tree_scopes(scopes: dict) -> list:
     return sorted(rows, key=lambda row: row["cycles"], reverse=True)
 
 
-def trace_scopes(events: list) -> tuple[list, list]:
+def sum_trace_scopes(events: list) -> tuple[list, list]:
     """Per kernel and scope of an instrumentation trace (pid "<kernel> Core<SM> CTA<n>", tid
     the warp, cycles = dur x MHz): its warp events, their cycles (sum, median, p90) and
     share; per kernel, how its CTAs spread over the SMs."""
@@ -318,11 +287,11 @@ def trace_scopes(events: list) -> tuple[list, list]:
         }
         for (kernel, scope), cycles in by_scope.items()
     ]
-    spread = [sm_spread(kernel, sms, launches[kernel]) for kernel, sms in by_sm.items()]
+    spread = [spread_over_sms(kernel, sms, launches[kernel]) for kernel, sms in by_sm.items()]
     return sorted(rows, key=lambda row: row["cycles"], reverse=True), spread
 
 
-def sm_spread(kernel: str, sms: dict, launches: int) -> dict:
+def spread_over_sms(kernel: str, sms: dict, launches: int) -> dict:
     """How a kernel's CTAs spread over its SMs (sms: SM -> [events by (warp, scope),
     cycles]): the (warp, scope) most common over all SMs is in every CTA."""
     counted = Counter()
@@ -339,49 +308,3 @@ def sm_spread(kernel: str, sms: dict, launches: int) -> dict:
         "ctas_per_sm": [min(ctas), median(ctas), max(ctas)],
         "slowest_sm_vs_median": max(cycles) / middle if middle else None,
     }
-
-
-def scopes_table(summary: dict, top: int) -> list:
-    traced = "events" in summary["proton_scopes"][0]
-    detail = f"{'median':>8} {'p90':>8} {'events':>8}" if traced else f"{'normalized':>12}"
-    lines = [
-        f"{'share':>6} {'cycles':>14} {detail}  kernel: scope (cycles inside the kernel, "
-        "from the instrumentation backend)"
-    ]
-    for s in summary["proton_scopes"][:top]:
-        detail = (
-            f"{s['median_cycles']:8.0f} {s['p90_cycles']:8.0f} {s['events']:>8}"
-            if traced
-            else f"{s['normalized_cycles']:12.0f}"
-        )
-        lines.append(f"{s['share']:6.1%} {s['cycles']:14.0f} {detail}  {s['kernel']}: {s['scope']}")
-    for s in summary.get("proton_sm_spread", []):
-        low, mid, high = s["ctas_per_sm"]
-        slow = s["slowest_sm_vs_median"]
-        lines.append(
-            f"{s['kernel']}: {s['launches']} launches over {s['sms']} SMs, {low:g} to {high:g} "
-            f"CTAs per SM per launch (median {mid:g}); the busiest SM's "
-            + (f"cycles {slow:.2f}x the median SM's" if slow else "cycles unknown")
-        )
-    return lines
-
-
-def tables(summary: dict, top: int) -> list:
-    """The tables of the views present: ranks, timeline, scopes."""
-    views = [
-        ("proton_ranks", ranks_table),
-        ("proton_timeline", timeline_table),
-        ("proton_scopes", scopes_table),
-    ]
-    return [table(summary, top) for key, table in views if summary.get(key)]
-
-
-def folded(capture: Capture, shown: dict) -> str:
-    """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read them
-    (shown: each kernel's readable name), a ';' in a name escaped."""
-    names, lines = short_names({frame[0] for _, frame, _ in capture.chains.links[1:]}), []
-    for (chain, name), (ms, _) in capture.sites.items():
-        frames = [frame_text(frame, names) for frame in capture.chains.frames(chain)]
-        frames = [printable(f).replace(";", "\\x3b") for f in [*frames, shown[name]]]
-        lines.append(";".join(frames) + f" {round(ms * 1e6)}\n")
-    return "".join(lines)

@@ -11,12 +11,15 @@ import random
 import re
 import statistics
 import sys
+import time
 
+import msgspec
 import pytest
 
 import parse_hatchet as ph
 from conftest import ROOT, run
-from summary import compare
+from summary import compare, views
+from summary.records import Summary
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TREE = FIXTURES / "h200-softmax-python.hatchet"  # make profile of the example, 20 + 1 launches
@@ -25,7 +28,25 @@ AMD = FIXTURES / "amd-gfx950-vecadd-shadow.hatchet"
 
 
 def summary(*paths):
-    return ph.summaries([str(p) for p in paths])[0][0].summary
+    return json.loads(ph.to_json(ph.summaries([str(p) for p in paths])[0][0].summary))
+
+
+def records(side):
+    """A side's summaries, given as summary.json's objects, as records."""
+    filled = [
+        {
+            "proton_artifact_dir": "",
+            **s,
+            "proton_kernels": [{"mean_us": None, "share": 0.0, **k} for k in s["proton_kernels"]],
+        }
+        for s in side
+    ]
+    return [msgspec.convert(s, Summary) for s in filled]
+
+
+def diff(base, now, *args):
+    """compare.diff of two sides given as summary.json's objects, as summary.json has it."""
+    return msgspec.to_builtins(compare.diff(records(base), records(now), *args))
 
 
 def strict_json(text):
@@ -166,7 +187,7 @@ def test_trials_report_each_kernel_s_spread_across_them_and_trial1_s_keys(tmp_pa
 
 
 def test_a_single_trial_has_no_cv():
-    assert compare.spread([0.5])["cv"] is None
+    assert views.describe_spread([0.5])["cv"] is None
 
 
 # Compare: rows matched by what they are, the verdict, the gate.
@@ -176,7 +197,7 @@ REAL = FIXTURES / "h200-trials"  # make profile TRIALS=3 on the H200, around an 
 
 def sides(*paths):
     """Each path's summaries, one for each trial."""
-    return [[s.summary for s in ph.summaries([str(p)])[0]] for p in paths]
+    return [[json.loads(ph.to_json(s.summary)) for s in ph.summaries([str(p)])[0]] for p in paths]
 
 
 def rows(d):
@@ -209,7 +230,10 @@ def drawn(seed, factor=1.0):
     the real base run, with the spread its 3 real trials show (at least 1%); now's
     largest kernel x factor."""
     real = sides(REAL / "base")[0]
-    spread = {k["name"]: max(k["cv"], 0.01) for k in compare.trials(real)["kernels"]}
+    spread = {
+        k["name"]: max(k["cv"], 0.01)
+        for k in msgspec.to_builtins(views.spread_trials(records(real)))["kernels"]
+    }
     largest, rng = real[0]["proton_kernels"][0]["name"], random.Random(seed)
 
     def trial(f):
@@ -232,11 +256,11 @@ def test_an_a_a_run_passes_and_a_5_percent_slower_kernel_fails():
     # --min-ms 0: the 5% is 0.0064 ms of this kernel, under the default 0.01 ms.
     gate, quiet, caught = compare.Gate(fail_above=1, min_ms=0), 0, 0
     for seed in range(20):
-        d = compare.diff(*drawn(seed), "base", gate, True)
+        d = diff(*drawn(seed), "base", gate, True)
         quiet += not d["regressions"] and all(
             r["verdict"] not in ("slower", "faster") for r in rows(d)
         )
-        d = compare.diff(*drawn(seed, 1.05), "base", gate, True)
+        d = diff(*drawn(seed, 1.05), "base", gate, True)
         (k,) = [r for r in d["kernels"] if r["name"] == "softmax_kernel"]
         caught += k["verdict"] == "slower" and k["regression"]
     assert quiet >= 19 and caught >= 19, (quiet, caught)
@@ -300,9 +324,9 @@ def test_the_interval_is_welch_s_on_log_times():
     ],
 )
 def test_verdicts(base, now, verdict):
-    judged = compare.judged(base, now, 1, compare.Gate(fail_above=2, min_ms=0))
-    assert judged["verdict"] == verdict
-    assert judged["regression"] == (verdict == "slower")
+    found = compare.judge(base, now, 1, compare.Gate(fail_above=2, min_ms=0))
+    assert found["verdict"] == verdict
+    assert found["regression"] == (verdict == "slower")
 
 
 def test_one_run_a_side_judges_the_change_alone(tmp_path):
@@ -380,6 +404,8 @@ def test_a_deleted_line_moves_no_call_site_onto_another(tmp_path):
 def site(line, kernel, ms=1.0):
     return {
         "callsite": f"mine.py:{line} main",
+        "frames": [["mine.py", line, "main", 1]],
+        "source": None,
         "kernels": [{"name": kernel, "launches": 1, "ms": ms}],
         "ms": ms,
     }
@@ -389,7 +415,7 @@ def test_call_sites_tied_on_everything_are_ambiguous():
     k = {"name": "k", "readable_name": "k", "launches": 2, "total_ms": 2.0}
     base = [{"proton_kernels": [k], "proton_callsites": [site(10, "k"), site(30, "k")]}]
     now = [{"proton_kernels": [k], "proton_callsites": [site(20, "k", 2.0)]}]
-    d = compare.diff(base, now, "b", compare.Gate(), True)
+    d = diff(base, now, "b", compare.Gate(), True)
     verdicts = sorted((r["callsite"], r["verdict"], r["n_base"], r["n"]) for r in d["callsites"])
     # Lines 10 and 30 are as near 20: none of them is judged.
     assert verdicts == [
@@ -409,9 +435,9 @@ def test_call_sites_are_told_apart_by_kernels_then_lines():
     now = [
         {"proton_kernels": [k], "proton_callsites": [site(11, "k"), site(13, "k"), site(31, "k")]}
     ]
-    d = compare.diff(base, now, "b", compare.Gate(), True)
-    moved = ["mine.py:10->11 main", "mine.py:12->13 main", "mine.py:30->31 main"]
-    assert sorted(r["callsite"] for r in d["callsites"]) == moved
+    d = diff(base, now, "b", compare.Gate(), True)
+    expected = ["mine.py:10->11 main", "mine.py:12->13 main", "mine.py:30->31 main"]
+    assert sorted(r["callsite"] for r in d["callsites"]) == expected
 
 
 def test_the_gate_needs_the_interval_past_its_percent(tmp_path):
@@ -423,7 +449,6 @@ def test_the_gate_needs_the_interval_past_its_percent(tmp_path):
         r for r in json.loads(p.stdout)["proton_diff"]["kernels"] if r["name"] == "softmax_kernel"
     ]
     assert p.returncode == 0 and row["verdict"] == "inconclusive" and row["low"] < 1.1
-    assert "1 row inconclusive" in json.loads(p.stdout)["proton_diff"]["first_line"] or True
 
 
 def test_min_ms_is_how_much_a_regression_grew(tmp_path):
@@ -490,7 +515,7 @@ def test_two_shapes_in_one_capture_stay_two_rows():
         },
     ]
     side = [{"proton_kernels": rows_}]
-    d = compare.diff(side, side, "b", compare.Gate(), True)
+    d = diff(side, side, "b", compare.Gate(), True)
     assert sorted(r["name"] for r in d["kernels"]) == ["k [4x8 float32]", "k [8x8 float32]"]
 
 
@@ -559,6 +584,8 @@ def test_autotuning_launches_are_a_call_site_of_their_own(tmp_path):
         "mine.py:30 <module> > mine.py:12 main": 10,
         "mine.py:30 <module> > mine.py:12 main [autotuning]": 100,
     }
+    (tuning,) = [c for c in s["proton_callsites"] if c.get("autotuning")]
+    assert tuning["frames"] == [["mine.py", 30, "<module>", 1], ["mine.py", 12, "main", 1]]
     assert s["proton_kernel_count"] == 110  # aorta's keys: every leaf
 
 
@@ -639,4 +666,143 @@ def test_the_first_line_names_the_band_the_rows_were_judged_at():
     p = cli(run / "now", "--diff", run / "base", "--fail-above", "1")
     assert json.loads(p.stdout)["proton_diff"]["first_line"].startswith(
         "no change beyond the noise and 1% (11 rows judged)"
+    )
+
+
+def test_first_line_rule_9_runs_of_other_rank_counts_get_none(tmp_path):
+    # Summed, two ranks against one read as 2x slower: refused, never judged.
+    two = FIXTURES / "h200-two-ranks"
+    p = cli(two, "--diff", two / "proton.rank0.hatchet", "--fail-above", "5")
+    (error,) = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stdout == ""
+    assert "ranks differ: 1 in the base, 2 now" in error
+    assert cli(two, "--diff", two, "--fail-above", "5").returncode == 0
+
+
+def test_first_line_rule_6_names_the_new_or_gone_kernel_that_moves_the_most(tmp_path):
+    # A call site 5% faster, and a new kernel at a new call site that adds more.
+    loop = ["/workspace/mine.py:20@main"]
+    base = capture(tmp_path / "base.hatchet", (MAIN + loop, "loop", 1.0))
+    extra = MAIN + ["/workspace/mine.py:40@more"]
+    now = capture(tmp_path / "now.hatchet", (MAIN + loop, "loop", 0.95), (extra, "extra", 0.2))
+    d = json.loads(cli(now, "--diff", base).stdout)["proton_diff"]
+    assert d["total"]["verdict"] == "slower"
+    assert "; extra: new (0.000 -> 0.200 ms)" in d["first_line"]
+    d = json.loads(cli(now, "--diff", base, "--min-ms", "0.3").stdout)["proton_diff"]
+    assert "extra" not in d["first_line"]  # less than --min-ms: not in the story
+
+
+def test_matching_call_sites_grows_as_n_log_n():
+    # Sites of one file and function, each side's lines shifted and kernels varied: 4x the
+    # sites costs about 4x the time (quadratic matching would cost 16x).
+    def side(n, shift):
+        sites = [
+            {
+                "callsite": "",
+                "frames": [["mine.py", 3 * i + shift, "main", 1]],
+                "source": None,
+                "kernels": [{"name": f"k{i % 7}", "launches": 1, "ms": 1.0}],
+                "ms": 1.0,
+            }
+            for i in range(n)
+        ]
+        return records([{"proton_kernels": [], "proton_callsites": sites}])
+
+    def seconds(n):
+        sides = [compare.site_times(side(n, shift)) for shift in (0, 1)]
+        start = time.perf_counter()
+        pairs, tied = compare.matched_sites(*sides)
+        assert len(pairs) == n and not tied
+        return time.perf_counter() - start
+
+    small, large = min(seconds(500) for _ in range(3)), min(seconds(2000) for _ in range(3))
+    assert large < 1.0 and large / small < 8, (small, large)
+
+
+def test_t_quantiles_match_mpmath_to_1e_12_and_are_fast():
+    from mpmath import betainc, findroot, mp, mpf
+
+    rng = random.Random(3)
+    cases = [(rng.randint(1, 10_000), rng.choice([1, 2, 3])) for _ in range(60)]
+    cases = [(m, rng.uniform(1, 10) if k == 1 else rng.randint(1, 10_000)) for m, k in cases]
+    cases += [(m, v) for m in (1, 11, 10_000) for v in (1, 1.5, 2, 5.5, 6, 30, 10_000)]
+    mp.dps = 30
+
+    def exact(p, v, near):  # the t whose upper tail is 1 - p, by mpmath
+        v = mpf(v)
+        tail = lambda x: betainc(v / 2, 0.5, 0, v / (v + x * x), regularized=True) / 2  # noqa: E731
+        return findroot(lambda x: tail(x) - (1 - mpf(p)), mpf(near))
+
+    for m, v in cases:
+        t = compare.t_quantile(1 - 0.025 / m, v)
+        assert abs(t - exact(1 - 0.025 / m, v, t)) <= 1e-12 * t, (m, v)
+    start = time.perf_counter()
+    for i in range(1000):
+        compare.t_quantile(1 - 0.025 / (1 + i * 10), 1 + i * 9.99)
+    assert time.perf_counter() - start < 0.1 * 3  # 0.1 s here; a loaded machine slower
+
+
+# docs/summary.md's "The first line and the headline": a test for each rule. One run a
+# side of hand-made captures: a loop at mine.py:20 (1 ms) and a check at mine.py:10.
+LOOP, CHECK = MAIN + ["/workspace/mine.py:20@main"], MAIN + ["/workspace/mine.py:10@main"]
+
+
+def first_line(tmp_path, loop_ms, *args, check_ms=0.1, extra=None):
+    base = capture(tmp_path / "base.hatchet", (LOOP, "loop", 1.0), (CHECK, "check", 0.1))
+    launches = [(LOOP, "loop", loop_ms), (CHECK, "check", check_ms)] + ([extra] if extra else [])
+    now = capture(tmp_path / "now.hatchet", *launches)
+    p = cli(now, "--diff", base, *args, "--table")
+    summary = json.loads(cli(now, "--diff", base, *args).stdout)
+    assert p.stdout.splitlines()[0] == summary["headline"] == summary["proton_diff"]["first_line"]
+    return summary["headline"]
+
+
+def test_first_line_rule_1_without_a_comparison_the_headline_is_the_largest_kernel():
+    s = json.loads(cli(HOOK).stdout)
+    k = s["proton_kernels"][0]
+    assert cli(HOOK, "--table").stdout.splitlines()[0] == s["headline"]
+    assert s["headline"].startswith(f"{k['readable_name']}: {k['share']:.1%} of ")
+    assert f"{k['launches']} launches of {k['mean_us']:.2f} us" in s["headline"]
+    assert f"{k['gbyte_per_s']:.0f} GB/s ({k['pct_of_peak_bw']:.0%} of peak)" in s["headline"]
+    intra = cli(FIXTURES / "h200-intra.hatchet", "--table").stdout.splitlines()[0]
+    assert intra == "no timed kernel; 4 scopes timed inside kernels"
+
+
+def test_first_line_rule_2_the_largest_regression_leads(tmp_path):
+    line = first_line(tmp_path, 1.5, "--fail-above", "10")
+    assert line.startswith("loop: 1.500x slower (1.000 -> 1.500 ms): past --fail-above 10")
+    assert "(3 regressions)" in line  # the kernel, its call site and the GPU time
+
+
+def test_first_line_rule_3_else_the_judged_change_that_moves_the_most_ms(tmp_path):
+    line = first_line(tmp_path, 0.5, "--fail-above", "10", check_ms=0.05)
+    assert line.startswith("loop: 2.000x faster (1.000 -> 0.500 ms): none past --fail-above 10")
+
+
+def test_first_line_rule_4_the_gpu_time_leads_only_where_no_row_changed(tmp_path):
+    extra = (MAIN + ["/workspace/mine.py:40@more"], "extra", 0.5)
+    line = first_line(tmp_path, 1.0, "--fail-above", "10", extra=extra)
+    assert line.startswith("GPU time: 1.455x slower (1.100 -> 1.600 ms): past --fail-above 10")
+
+
+def test_first_line_rule_5_else_no_change_beyond_the_noise(tmp_path):
+    line = first_line(tmp_path, 1.01)
+    assert line.startswith("no change beyond the noise and 2% (5 rows judged)")
+
+
+def test_first_line_rule_7_counts_the_rows_left_inconclusive(tmp_path):
+    base = trials(tmp_path / "base", 0.85, 1.0, 1.15)
+    cur = trials(tmp_path / "cur", 0.85 * 1.2, 1.2, 1.15 * 1.2)
+    d = json.loads(cli(cur, "--diff", base).stdout)["proton_diff"]
+    n = sum(r["verdict"] == "inconclusive" for r in rows(d))
+    assert n and f"; {n} rows inconclusive: more TRIALS would settle them;" in d["first_line"]
+
+
+def test_first_line_rule_8_ends_with_every_caveat(tmp_path):
+    line = first_line(tmp_path, 1.0, "--any-device")
+    assert line.endswith(f"; not interleaved; {compare.ONE_RUN}")
+    p = cli(AMD, "--diff", TREE, "--any-device")
+    assert json.loads(p.stdout)["headline"].endswith(
+        "; devices differ: CUDA 90 (132 SMs, 6016-bit memory bus) against HIP gfx950 "
+        "(256 SMs, 8192-bit memory bus) (--any-device)"
     )

@@ -2,6 +2,7 @@
 as every output is, self-contained, showing what summary.json says, of a size that opens
 on a large trace. tests/test_page_browser.py looks at it in a real browser."""
 
+import ast
 import json
 import re
 import sys
@@ -11,7 +12,8 @@ import pytest
 
 import parse_hatchet as ph
 from conftest import ROOT, run
-from summary import page
+from summary import page, text
+from summary.records import from_json
 
 FIXTURES = ROOT / "tests" / "fixtures"
 HOOK = FIXTURES / "h200-softmax-python-hook.hatchet"
@@ -37,6 +39,11 @@ def summarized(tmp_path, *args):
         table = cli(*args, "--table")
         summary["headline"] = table.stdout.splitlines()[0]
     return summary
+
+
+def drawn(summary):
+    """The page of summary.json's object, read back into its records as --html does."""
+    return page.page(from_json(json.dumps(summary)))
 
 
 def cli(*args):
@@ -117,7 +124,7 @@ def test_the_headline_is_shown_verbatim_and_the_gate_in_its_words(tmp_path):
     trials = FIXTURES / "h200-trials"
     args = [trials / "slower", "--diff", trials / "base", "--fail-above", "5"]
     summary = summarized(tmp_path, *args)
-    html = page.page(summary)
+    html = drawn(summary)
     assert f'<h1 id="headline" class="fail">{escape(summary["headline"])}</h1>' in html
     stderr = cli(*args).stderr.splitlines()
     regressions = summary["proton_diff"]["regressions"]
@@ -127,29 +134,31 @@ def test_the_headline_is_shown_verbatim_and_the_gate_in_its_words(tmp_path):
     assert re.findall(r'<p class="gate">(.*?)</p>', html) == [escape(line) for line in gate]
     traces = figure_data(html, "compare")
     d = summary["proton_diff"]
-    judged = [d["total"], *d["kernels"], *d["callsites"]]
+    compared = [d["total"], *d["kernels"], *d["callsites"]]
     diamonds = [t for t in traces if t["marker"].get("symbol") == "diamond"]
-    assert len(diamonds) == sum(r["ratio"] is not None for r in judged)
+    assert len(diamonds) == sum(r["ratio"] is not None for r in compared)
     trials = [t for t in traces if t["marker"].get("symbol") == "circle"]  # now's, each trial
     assert (
-        [len(t["x"]) for t in trials] == [len(r["times_ms"]) for r in judged] == [3] * len(judged)
+        [len(t["x"]) for t in trials]
+        == [len(r["times_ms"]) for r in compared]
+        == [3] * len(compared)
     )
     assert trials[0]["x"] == pytest.approx(
-        [t / judged[0]["base_ms"] for t in judged[0]["times_ms"]]
+        [t / compared[0]["base_ms"] for t in compared[0]["times_ms"]]
     )
 
 
 def test_a_gate_passed_is_said_so(tmp_path):
     trials = FIXTURES / "h200-trials"
     summary = summarized(tmp_path, trials / "base", "--diff", trials / "base", "--fail-above", "5")
-    html = page.page(summary)
+    html = drawn(summary)
     assert '<h1 id="headline" class="pass">' in html
     assert re.findall(r'<p class="gate">(.*?)</p>', html) == ["Gate: passed --fail-above 5."]
 
 
 def test_kernel_bars_keep_tuning_launches_apart(tmp_path):
     summary = summarized(tmp_path, FIXTURES / "h200-autotuned.hatchet.gz")
-    html = page.page(summary)
+    html = drawn(summary)
     own, tuning = figure_data(html, "kernels")[:2]
     assert tuning["name"].startswith("autotuning launches")
     axpy = tuning["y"][next(i for i, t in enumerate(tuning["text"]) if "+ 3325 tuning" in t)]
@@ -169,7 +178,7 @@ def test_percent_of_peak_and_of_the_ceiling_where_the_run_has_one(tmp_path):
     assert (
         top["l2_resident"] and top["pct_of_peak_bw"] > 1.4 and 0.9 < top["pct_of_ceiling_bw"] < 1.1
     )
-    bars = {t["name"]: t for t in figure_data(page.page(summary), "kernels")}
+    bars = {t["name"]: t for t in figure_data(drawn(summary), "kernels")}
     assert bars["% of the nominal peak"]["x"][0] == top["pct_of_peak_bw"]
     measured = bars["% of the measured ceiling"]
     assert measured["x"][0] == top["pct_of_ceiling_bw"]
@@ -179,7 +188,7 @@ def test_percent_of_peak_and_of_the_ceiling_where_the_run_has_one(tmp_path):
 def test_the_icicle_is_the_call_sites_tree_with_their_source_lines(tmp_path):
     summary = summarized(tmp_path, HOOK)
     summary["proton_callsites"][0]["source"] = "softmax_kernel[grid](y, x)"
-    (icicle,) = figure_data(page.page(summary), "callsites")
+    (icicle,) = figure_data(drawn(summary), "callsites")
     assert icicle["type"] == "icicle" and sum(icicle["values"]) == pytest.approx(
         sum(s["ms"] for s in summary["proton_callsites"])
     )
@@ -195,14 +204,14 @@ def test_timeline_bins_hold_each_call_site_s_kernel_time(tmp_path):
     for e in summary["proton_timeline"]:
         assert len(e["busy_by_bin"]) == 200
         assert sum(e["busy_by_bin"]) * e["bin_us"] / 1e3 == pytest.approx(e["kernel_ms"], rel=0.02)
-    html = page.page(summary)
+    html = drawn(summary)
     (strip,) = figure_data(html, "timeline")
     assert "bins of 10.3 us" in strip["y"][0] and "the host's launch cost bounds it" in html
 
 
 @pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
 def test_every_fixture_has_a_page(tmp_path, path):
-    html = page.page(summarized(tmp_path, path))
+    html = drawn(summarized(tmp_path, path))
     assert "Plotly.newPlot" in html and "<h2>" in html
 
 
@@ -236,13 +245,57 @@ def test_a_page_draws_at_most_its_largest_call_sites_and_ranks_and_counts_the_re
     summary = summarized(tmp_path, HOOK)
     site = summary["proton_callsites"][0]
     summary["proton_callsites"] = [
-        {**site, "callsite": f"mine.py:{i} f > mine.py:{i} g", "ms": 1.0 / (i + 1)}
+        {**site, "frames": [["mine.py", i, "f", 1], ["mine.py", i, "g", 1]], "ms": 1 / (i + 1)}
         for i in range(5000)
     ]
     summary["proton_ranks"] = [
         {"rank": r, "gpu_time_ms": 1.0, "kernel_count": 1, "files": []} for r in range(5000)
     ]
-    html = page.page(summary)
+    html = drawn(summary)
     assert len(html) < 6 * 2**20  # 4.6 MiB of plotly.js, and 200 of each drawn
     assert "and 4800 more call sites in summary.json" in html
     assert "and 4800 more ranks in summary.json" in html
+
+
+@pytest.mark.parametrize("module", ["summary/text.py", "summary/page.py"])
+def test_renderers_read_records_and_parse_no_text(module):
+    # The text table, Markdown and page draw what the records hold: none imports the
+    # comparison's or the views' logic, uses re, or splits a call site's text apart.
+    tree = ast.parse((ROOT / module).read_text())
+    imported = {
+        alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names
+    }
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not imported & {"re", "summary.compare", "summary.views", "summary.run"} - {
+        "summary.run" if module.endswith("text.py") else ""
+    }
+    calls = {
+        n.func.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    }
+    assert not calls & {"split", "rsplit", "partition", "rpartition", "findall", "sub"}
+
+
+@pytest.mark.parametrize("run_", RUNS, ids=[str(p.relative_to(FIXTURES)) for p in RUNS])
+def test_summary_json_reads_back_into_the_records_it_was_written_from(run_, tmp_path):
+    done, problem, _ = ph.summaries([str(run_)])
+    written = ph.to_json(done[0].summary)
+    assert problem is None and ph.to_json(from_json(written)) == written
+
+
+def test_a_saved_summary_draws_its_page_and_compares(tmp_path):
+    saved = tmp_path / "summary.json"
+    assert ph.main([str(HOOK), "-o", str(saved)]) == 0
+    p = cli(saved, "--html", tmp_path / "p.html", "--table")
+    assert p.returncode == 0 and p.stdout == cli(HOOK, "--table").stdout
+    assert 'id="callsites"' in (tmp_path / "p.html").read_text()
+    p = cli(HOOK, "--diff", saved, "--table")
+    assert p.returncode == 0 and p.stdout.startswith("no change beyond the noise")
+    assert cli(saved, "--folded", tmp_path / "f.txt").returncode == 0
+    assert (tmp_path / "f.txt").read_text() == text.folded_stacks(
+        ph.summaries([str(HOOK)])[0][0].summary
+    )
+    (tmp_path / "bad.json").write_text("[1]")
+    p = cli(tmp_path / "bad.json")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a summary.json" in p.stderr

@@ -10,8 +10,8 @@ import shutil
 
 import pytest
 
-from summary import page
-from test_page import FIXTURES, summarized
+from summary.page import TOP
+from test_page import FIXTURES, drawn, summarized
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 TRIALS = FIXTURES / "h200-trials"
@@ -71,7 +71,7 @@ def test_the_page_of_a_real_run_is_drawn_offline_with_no_error(browser, tmp_path
     from PIL import Image
 
     summary = summarized(tmp_path, *args)
-    (tmp_path / "report.html").write_text(page.page(summary))
+    (tmp_path / "report.html").write_text(drawn(summary))
     browser.get_log("browser"), browser.get_log("performance")  # another page's, dropped
     opened(browser, tmp_path / "report.html")
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
@@ -85,7 +85,7 @@ def test_the_page_of_a_real_run_is_drawn_offline_with_no_error(browser, tmp_path
     headline = browser.find_element("id", "headline").text
     assert headline == summary["headline"]
     bars = sizes(browser, "#kernels .barlayer .point path")
-    assert len(bars) >= min(len(summary["proton_kernels"]), page.TOP)
+    assert len(bars) >= min(len(summary["proton_kernels"]), TOP)
     assert max(w for w, _ in bars) > 100 and all(h > 5 for _, h in bars)
     frames = sizes(browser, "#callsites g.slice")
     assert len(frames) > len(summary["proton_callsites"]) and all(w * h > 0 for w, h in frames)

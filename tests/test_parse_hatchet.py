@@ -10,12 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import parse_hatchet as ph
 from conftest import ROOT, run
-from summary import files, views
-from summary import run as adding
+from summary import Refused, files, text
+from summary.records import Summary
+from summary.run import MAX_FRAMES, demangle, frame_of, short_names
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -43,7 +45,7 @@ def write(path, data):
 
 def summary(path):
     done, problem, _ = ph.summaries([str(path)])
-    return done[0].summary, problem
+    return json.loads(ph.to_json(done[0].summary)), problem
 
 
 def cli(*args):
@@ -183,7 +185,9 @@ def test_callsites_collapse_library_frames(tmp_path):
         "train.py:40 <module> > train.py:31 main",
     }
     main30 = sites["train.py:40 <module> > train.py:30 main"]
-    assert main30["kernels"] == [{"name": "kern", "launches": 4, "ms": pytest.approx(0.004)}]
+    assert main30["kernels"] == [
+        {"name": "kern", "readable_name": "kern", "launches": 4, "ms": pytest.approx(0.004)}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -199,7 +203,7 @@ def test_callsites_collapse_library_frames(tmp_path):
     ],
 )
 def test_readable_names(raw, short):
-    assert ph.readable(raw) == short
+    assert demangle(raw) == short
 
 
 # The command line.
@@ -268,8 +272,8 @@ def test_cli_output_table_and_folded(tmp_path):
     ],
 )
 def test_cli_exit_1_when_no_kernel(tmp_path, files, message):
-    for name, text in files.items():
-        write(tmp_path / name, text)
+    for name, content in files.items():
+        write(tmp_path / name, content)
     good = tmp_path / "summary.json"
     good.write_text("earlier good result")
     p = cli(tmp_path, "-o", good)
@@ -522,8 +526,10 @@ def test_the_diagnosis_names_its_rank_and_skips_gaps_shorter_than_a_kernel():
     # against 6.0 us kernels); rank 1's launches queue back to back (1.1 us against 6.3),
     # its idle time spent while rank 0 held the GPU.
     p = cli(FIXTURES / "h200-two-ranks-trace", "--table")
-    said = [line for line in p.stdout.splitlines() if "launch cost bounds it" in line]
-    assert len(said) == 1 and said[0].startswith("rank 0: softmax.py:585 <module>"), said
+    diagnoses = [line for line in p.stdout.splitlines() if "launch cost bounds it" in line]
+    assert len(diagnoses) == 1 and diagnoses[0].startswith("rank 0: softmax.py:585 <module>"), (
+        diagnoses
+    )
 
 
 def test_source_lines_only_from_python_files(tmp_path):
@@ -762,7 +768,7 @@ def test_call_sites_are_keyed_by_full_path(tmp_path):
     ],
 )
 def test_only_python_triton_and_torch_frames_are_collapsed(file, mine):
-    assert bool(adding.frame_of(f"{file}:12@f")) == mine
+    assert bool(frame_of(f"{file}:12@f")) == mine
 
 
 def test_gzipped_captures_are_read(tmp_path):
@@ -889,7 +895,7 @@ def test_an_output_that_names_no_file_is_refused(tmp_path, target):
 
 def test_short_names_of_paths_that_share_long_tails():
     tail = "/x" * 5000 + "/model.py"
-    names = adding.short_names([f"/a{tail}", f"/b{tail}", "/w/util.py"])
+    names = short_names([f"/a{tail}", f"/b{tail}", "/w/util.py"])
     assert names[f"/a{tail}"] == f"a{tail}" and names["/w/util.py"] == "util.py"
 
 
@@ -918,7 +924,12 @@ def test_a_trace_of_several_json_documents_reads_them_all():
     assert names["softmax_kernel"] == 51  # as the tree of the same run counted
     (replayed,) = [c for c in s["proton_callsites"] if "CUDA graph" in c["callsite"]]
     assert replayed["kernels"] == [
-        {"name": "softmax_kernel", "launches": 50, "ms": pytest.approx(replayed["ms"])}
+        {
+            "name": "softmax_kernel",
+            "readable_name": "softmax_kernel",
+            "launches": 50,
+            "ms": pytest.approx(replayed["ms"]),
+        }
     ]
 
 
@@ -932,7 +943,11 @@ def test_graph_replays_are_attributed_to_the_capture_site():
         "graph.py:20 main [a CUDA graph captured here, replayed at graph.py:30 <module> > "
         "graph.py:25 main]": 50,
     }
-    assert "a CUDA graph captured here" in ph.table(s, 5)
+    # The frames as data: where it was captured, and where it was replayed, apart.
+    (replayed,) = [c for c in s["proton_callsites"] if "replayed_at" in c]
+    assert replayed["frames"] == [["graph.py", 20, "main", 1]]
+    assert replayed["replayed_at"] == [["graph.py", 30, "<module>", 1], ["graph.py", 25, "main", 1]]
+    assert "a CUDA graph captured here" in text.table(msgspec.convert(s, Summary), 5)
 
 
 def test_msgpack_gives_the_five_keys_of_the_same_tree():
@@ -986,10 +1001,12 @@ def test_ranks_on_one_clock_where_traces_say_when_it_started():
     assert r0["first_kernel_start_ns"] == 1_760_000_000_000_000_000 + 100_000
     assert r1["last_kernel_end_ns"] == 1_760_000_000_002_000_000 + 210_000
     assert s["proton_rank_start_skew"] == {"rank": 1, "ms": 2.0}
-    assert "rank 1 starts its GPU work last, 2.000 ms after the first" in ph.table(s, 5)
+    assert "rank 1 starts its GPU work last, 2.000 ms after the first" in text.table(
+        msgspec.convert(s, Summary), 5
+    )
     s, _ = summary(FIXTURES / "h200-two-ranks-trace")
     assert s["proton_rank_start_skew"] is None
-    assert "ranks' clocks are not comparable" in ph.table(s, 5)
+    assert "ranks' clocks are not comparable" in text.table(msgspec.convert(s, Summary), 5)
 
 
 PROVENANCE = {
@@ -1120,7 +1137,7 @@ def test_unreadable_folders(tmp_path, monkeypatch):
             "why": "a folder that cannot be listed: permission denied",
         }
     ]
-    with pytest.raises(files.Refused, match="locked: permission denied"):
+    with pytest.raises(Refused, match="locked: permission denied"):
         files.find([str(tmp_path / "locked")])
 
 
@@ -1164,8 +1181,11 @@ def test_top_limits_every_table_and_warnings_print_paths(tmp_path):
 
 def test_top_limits_scope_rows():
     s, _ = summary(FIXTURES / "h200-intra.hatchet")
-    assert len(views.scopes_table(s, 2)) == 1 + 2
-    assert [line.split()[-1] for line in views.scopes_table(s, 2)[1:]] == ["exp_sum", "max"]
+    assert len(text.scopes_table(msgspec.convert(s, Summary), 2)) == 1 + 2
+    assert [line.split()[-1] for line in text.scopes_table(msgspec.convert(s, Summary), 2)[1:]] == [
+        "exp_sum",
+        "max",
+    ]
 
 
 def test_a_deep_chain_costs_its_depth_not_its_square(tmp_path):
@@ -1181,9 +1201,9 @@ def test_a_deep_chain_costs_its_depth_not_its_square(tmp_path):
     s = strict(p.stdout)
     assert p.returncode == 0 and len(s["proton_callsites"]) == depth
     deepest = max(s["proton_callsites"], key=lambda c: len(c["callsite"]))["callsite"]
-    assert deepest.startswith(f"[{depth - adding.MAX_FRAMES} outer frames] > r.py:")
-    assert deepest.count(" > ") == adding.MAX_FRAMES
-    assert len((tmp_path / "f.txt").read_text()) < depth * adding.MAX_FRAMES * 20
+    assert deepest.startswith(f"[{depth - MAX_FRAMES} outer frames] > r.py:")
+    assert deepest.count(" > ") == MAX_FRAMES
+    assert len((tmp_path / "f.txt").read_text()) < depth * MAX_FRAMES * 20
 
 
 def test_a_capture_or_folder_named_twice_is_read_once():
@@ -1310,9 +1330,7 @@ def test_ranks_and_their_timelines_cost_their_files_not_the_square(tmp_path):
     # 60,000 one-launch rank traces, in process: once files x files (minutes).
     per_file = [(r, Path(f"/r/proton.rank{r}.chrome_trace"), 0.001, 1) for r in range(60_000)]
     traced = [(path, r, [(1.0 * r, 2.0 * r, 0, "k")], 10**9) for r, path, *_ in per_file]
-    code = (
-        "import pickle, sys; from summary import views; views.ranks(*pickle.load(sys.stdin.buffer))"
-    )
+    code = "import pickle, sys; from summary import views; views.sum_ranks(*pickle.load(sys.stdin.buffer))"
     data = pickle.dumps((per_file, traced))
     p = subprocess.run([sys.executable, "-c", code], input=data, cwd=ROOT, timeout=60)
     assert p.returncode == 0
@@ -1386,9 +1404,9 @@ def test_the_documented_exit_statuses_are_the_script_s_own():
     doc = (ROOT / "docs" / "summary.md").read_text()
     table = doc[doc.index("Exit status, each failure") :].split("\n\n")[1]
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.M)}
-    said = ph.__doc__[ph.__doc__.index("Exit status:") :]
+    statuses = ph.__doc__[ph.__doc__.index("Exit status:") :]
     assert documented == {
-        int(code) for code in re.findall(r"\b(\d+) (?:summarised|usage|a |ended)", said)
+        int(code) for code in re.findall(r"\b(\d+) (?:summarised|usage|a |ended)", statuses)
     }
     source = (ROOT / "parse_hatchet.py").read_text()
     returned = {

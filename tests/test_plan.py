@@ -13,6 +13,7 @@ import yaml
 
 import profile_run
 from conftest import ROOT
+from summary import Refused
 from summary import plan as pl
 from summary import recipe as rc
 
@@ -113,7 +114,7 @@ def test_accepted_recipes_give_proton_s_mode_as_aorta_renders_it(row):
 def test_refused_recipes_are_one_line(tmp_path, row):
     collect, message = row.split(" -> ")
     (tmp_path / "r.yaml").write_text(f"{{collect: {collect}}}\n")
-    with pytest.raises(rc.Refused) as refused:
+    with pytest.raises(Refused) as refused:
         rc.load(str(tmp_path / "r.yaml"))
     err = str(refused.value)
     assert "\n" not in err and message in err and len(err) < 400, err
@@ -242,5 +243,5 @@ def test_profile_sh_s_arguments_become_options_and_the_plan_follows_them():
         dry_run=True,
     )
     for value in ("9" * 5000, "1000", "0"):  # refused in one line, never a traceback
-        with pytest.raises(rc.Refused, match="--trials takes 1 to 999"):
+        with pytest.raises(Refused, match="--trials takes 1 to 999"):
             profile_run.parse("python", ["--trials", value, "--", "python", "x.py"])

@@ -12,6 +12,7 @@ import pytest
 
 import parse_hatchet as ph
 from conftest import ROOT, example_files, run
+from summary import text
 
 README = (ROOT / "README.md").read_text()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -46,7 +47,7 @@ def test_quoted_tables_are_what_parse_hatchet_prints_for_the_capture(page, name,
     (done, *_), problem, _ = ph.summaries([str(FIXTURES / name)])
     summary = done.summary
     assert problem is None
-    assert block in ph.table(summary, int(top)), f"{page.name} quotes {name} wrongly"
+    assert block in text.table(summary, int(top)), f"{page.name} quotes {name} wrongly"
 
 
 @pytest.mark.parametrize("page, quote", COMPARES, ids=[f"{c[0].name}:{c[1][0]}" for c in COMPARES])
