@@ -61,6 +61,17 @@ def test_the_example_list_is_what_the_readme_quotes_and_all_of_it_or_none_is_her
     assert here in (LISTED, [])  # the example, or a copy that deleted it
 
 
+def test_the_docs_start_a_python_script_through_python():
+    # The scripts have no execute bit: `parse_hatchet.py RUN` typed as a command fails.
+    bare = re.compile(r"(?:\./)?[\w/.-]+\.py\s+\S")
+    fenced = re.compile(r"^[ \t]*```.*\n((?:.*\n)*?)[ \t]*```", re.M)  # its lines, each
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        commands = [line for block in fenced.findall(text) for line in block.splitlines()]
+        commands += re.findall(r"`([^`]+)`", fenced.sub("", text))
+        assert not [c for c in commands if bare.match(c)], page.name
+
+
 def imports(path):
     """The repository's modules path imports, at its top or inside functions alike."""
     found = set()
