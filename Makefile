@@ -74,7 +74,8 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 .PHONY: help setup run profile trace intra intra-trace view compare ab bench bench-report \
-  ceiling bench-parse test test-gpu lint format clean docker-build docker-run docker-profile docker-test
+  ceiling bench-parse test test-gpu lint format clean docker-build docker-run docker-profile \
+  docker-test
 
 help: ## list the targets and the variables
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(call q,$(HERE)/Makefile)
