@@ -167,8 +167,8 @@ test test-gpu: setup
 
 RUFF = $(call q,$(VENV)/bin/ruff)
 lint: setup ## ruff (lint and format), shellcheck, hadolint
-	$(RUFF) check . && $(RUFF) format --check . || { echo "make lint: make format fixes the" \
-	  "formatting and what ruff check can fix itself" >&2; false; }
+	$(RUFF) check . && $(RUFF) format --check . || { echo "make lint: make format fixes" \
+	  "the formatting and what ruff can fix itself" >&2; false; }
 	$(call q,$(VENV)/bin/shellcheck) profile.sh .ci/run && $(call q,$(VENV)/bin/hadolint) Dockerfile
 
 format: setup ## ruff check --fix, then ruff format: what make lint would have you fix
