@@ -162,8 +162,10 @@ test: ## the CPU tests (GPU tests skip themselves), a worker per core
 test-gpu: ## only the GPU tests
 # PYTEST_ARGS reaches pytest as one word, through PYTEST_ADDOPTS, which pytest splits; after
 # -n auto (pytest-xdist: a worker per core, none where a GPU is), so that -n 0 overrides it.
+# Each file's tests in one worker: a module's fixture (a compile, a browser) made once.
 test test-gpu: setup
-	PYTEST_ADDOPTS=$(call q,-n auto $(PYTEST_ARGS)) $(PY) -m pytest $(if $(filter test-gpu,$@),-m gpu)
+	PYTEST_ADDOPTS=$(call q,-n auto --dist loadfile $(PYTEST_ARGS)) $(PY) -m pytest \
+	  $(if $(filter test-gpu,$@),-m gpu)
 
 RUFF = $(call q,$(VENV)/bin/ruff)
 lint: setup ## ruff (lint and format), shellcheck, hadolint

@@ -184,7 +184,7 @@ def test_make_clean_from_another_folder_deletes_nothing_there(tmp_path):
 def test_make_test_spreads_the_tests_over_the_cores_and_pytest_args_come_after():
     # After -n auto, so that PYTEST_ARGS='-n 0' runs the tests in one process.
     words = recipe("test", "PYTEST_ARGS=tests/test_mine.py -n 0")
-    assert words[0] == "PYTEST_ADDOPTS=-n auto tests/test_mine.py -n 0"
+    assert words[0] == "PYTEST_ADDOPTS=-n auto --dist loadfile tests/test_mine.py -n 0"
 
 
 def test_make_test_runs_in_one_process_where_a_gpu_is(monkeypatch):
