@@ -74,7 +74,8 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 .PHONY: help setup run profile trace intra intra-trace view compare ab bench bench-report \
-  ceiling bench-parse test test-gpu lint clean docker-build docker-run docker-profile docker-test
+  ceiling bench-parse test test-gpu lint format clean docker-build docker-run docker-profile \
+  docker-test
 
 help: ## list the targets and the variables
 	@awk -F ':.*## ' '/^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(call q,$(HERE)/Makefile)
@@ -159,15 +160,23 @@ ceiling: setup ## GPU only: copy and read GB/s from 1 MiB to 4 GiB: OUT/ceiling/
 bench-parse: setup ## parse_hatchet.py's speed on large captures against json.load
 	$(PY) bench/parse_speed.py
 
-test: ## the CPU tests (GPU tests skip themselves)
+test: ## the CPU tests (GPU tests skip themselves), a worker per core
 test-gpu: ## only the GPU tests
-# PYTEST_ARGS reaches pytest as one word, through PYTEST_ADDOPTS, which pytest splits.
+# PYTEST_ARGS reaches pytest as one word, through PYTEST_ADDOPTS, which pytest splits; after
+# -n auto (pytest-xdist: a worker per core, none where a GPU is), so that -n 0 overrides it.
+# Each file's tests in one worker: a module's fixture (a compile, a browser) made once.
 test test-gpu: setup
-	PYTEST_ADDOPTS=$(call q,$(PYTEST_ARGS)) $(PY) -m pytest $(if $(filter test-gpu,$@),-m gpu)
+	PYTEST_ADDOPTS=$(call q,-n auto --dist loadfile $(PYTEST_ARGS)) $(PY) -m pytest \
+	  $(if $(filter test-gpu,$@),-m gpu)
 
+RUFF = $(call q,$(VENV)/bin/ruff)
 lint: setup ## ruff (lint and format), shellcheck, hadolint
-	$(call q,$(VENV)/bin/ruff) check . && $(call q,$(VENV)/bin/ruff) format --check .
+	$(RUFF) check . && $(RUFF) format --check . || { echo "make lint: make format fixes" \
+	  "the formatting and what ruff can fix itself" >&2; false; }
 	$(call q,$(VENV)/bin/shellcheck) profile.sh .ci/run && $(call q,$(VENV)/bin/hadolint) Dockerfile
+
+format: setup ## ruff check --fix, then ruff format: what make lint would have you fix
+	$(RUFF) check --fix --exit-zero . && $(RUFF) format .
 
 # Deletes only what lies inside this checkout (the Makefile's folder, wherever make runs),
 # outside .git, and holds nothing git tracks; where git cannot tell (no .git, as in the

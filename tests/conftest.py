@@ -26,6 +26,12 @@ def example_files():
 HAS_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 
 
+def pytest_xdist_auto_num_workers(config):
+    """make test's -n auto: a worker per core on CPU, but one run in this process where a
+    GPU is, whose tests time kernels that workers sharing it would slow."""
+    return 0 if HAS_GPU else None
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_GPU:
         return

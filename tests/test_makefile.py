@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+import conftest
 from conftest import ROOT, run
 
 VECTOR_ADD = "tests/payloads/vector_add.py"
@@ -190,3 +191,31 @@ def test_make_clean_from_another_folder_deletes_nothing_there(tmp_path):
     assert all(
         (elsewhere / name).is_dir() for name in (".venv", "profiling_results", "__pycache__")
     )
+
+
+def test_make_test_spreads_the_tests_over_the_cores_and_pytest_args_come_after():
+    # After -n auto, so that PYTEST_ARGS='-n 0' runs the tests in one process.
+    words = recipe("test", "PYTEST_ARGS=tests/test_mine.py -n 0")
+    assert words[0] == "PYTEST_ADDOPTS=-n auto --dist loadfile tests/test_mine.py -n 0"
+
+
+def test_make_test_runs_in_one_process_where_a_gpu_is(monkeypatch):
+    # The GPU tests time kernels: workers sharing the GPU would slow each other's.
+    monkeypatch.setattr(conftest, "HAS_GPU", True)
+    assert conftest.pytest_xdist_auto_num_workers(None) == 0
+    monkeypatch.setattr(conftest, "HAS_GPU", False)
+    assert conftest.pytest_xdist_auto_num_workers(None) is None  # a worker per core
+
+
+def test_make_lint_names_make_format_which_fixes_what_it_failed_on(tmp_path):
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path)
+    for name in ("requirements.txt", "requirements-dev.txt", ".venv"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    mine = tmp_path / "mine.py"  # a user's own file: imports unsorted, spaced by hand
+    mine.write_text("import sys\nimport os\nprint( os.sep,sys.argv )\n")
+    made = ["-s", "-o", ".venv/.installed"]  # .venv is made already
+    p = run("make", *made, "lint", cwd=tmp_path)
+    assert p.returncode == 2 and "make lint: make format fixes the formatting" in p.stderr
+    assert run("make", *made, "format", cwd=tmp_path).returncode == 0
+    assert mine.read_text() == "import os\nimport sys\n\nprint(os.sep, sys.argv)\n"

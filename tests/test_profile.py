@@ -493,7 +493,8 @@ def test_an_interruption_between_the_link_renames_leaves_latest_and_previous_apa
 def test_make_profile_works_in_a_checkout_whose_path_holds_a_space(tmp_path):
     copy, out = checkout(tmp_path), tmp_path / "my results"
     variables = [f"RECIPE={recipe(tmp_path, proton='{mode: env}')}", f"OUT={out}"]
-    variables += [f"SCRIPT={FAKE}", f"ARGS={TREE}"]
+    shutil.copy(TREE, copy)  # ARGS splits at whitespace: the capture named from the checkout
+    variables += [f"SCRIPT={FAKE}", f"ARGS={TREE.name}"]
     setup = ["-o", ".venv/.installed"]  # made already: its stamp's age is the checkout's
     p = run("make", "-s", *setup, "profile", *variables, env={"PROFILE_ASSUME_GPU": "1"}, cwd=copy)
     assert p.returncode == 0, p.stderr

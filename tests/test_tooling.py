@@ -63,6 +63,17 @@ def test_the_example_list_is_what_the_readme_quotes_and_all_of_it_or_none_is_her
     assert here in (LISTED, [])  # the example, or a copy that deleted it
 
 
+def test_the_docs_start_a_python_script_through_python():
+    # The scripts have no execute bit: `parse_hatchet.py RUN` typed as a command fails.
+    bare = re.compile(r"(?:\./)?[\w/.-]+\.py\s+\S")
+    fenced = re.compile(r"^[ \t]*```.*\n((?:.*\n)*?)[ \t]*```", re.M)  # its lines, each
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        commands = [line for block in fenced.findall(text) for line in block.splitlines()]
+        commands += re.findall(r"`([^`]+)`", fenced.sub("", text))
+        assert not [c for c in commands if bare.match(c)], page.name
+
+
 def imports(path):
     """The repository's modules path imports, at its top or inside functions alike."""
     found = set()
@@ -115,12 +126,29 @@ def test_annotations_are_asked_of_the_repository_s_modules_and_never_of_a_user_s
     assert p.returncode == 1 and "proton_launch.py" in p.stdout and "mine" not in p.stdout
 
 
+def product_files(root):
+    """The product's files git lists under root that are there: the README's delete route
+    leaves its deletions uncommitted, and git lists them until they are. None outside git."""
+    product = ["*.py", "*.sh", "Makefile", ":!bench", ":!tests", ":!docs"]
+    listed = run("git", "ls-files", "-z", *product, cwd=root)
+    if listed.returncode:
+        return None
+    return [name for name in listed.stdout.split("\0") if name and (root / name).exists()]
+
+
+def test_a_file_deleted_and_not_yet_committed_is_no_product_file(tmp_path):
+    for name in ("kept.py", "deleted.py"):
+        (tmp_path / name).write_text("")
+    for command in (["init", "-q"], ["add", "."]):
+        assert run("git", *command, cwd=tmp_path).returncode == 0
+    (tmp_path / "deleted.py").unlink()
+    assert product_files(tmp_path) == ["kept.py"]
+
+
 def test_no_product_file_is_over_500_lines():
     # The product: what a user runs or copies, the example included (bench, tests, docs apart).
-    listed = run("git", "ls-files", "*.py", "*.sh", "Makefile", ":!bench", ":!tests", ":!docs")
-    if listed.returncode:
+    listed = product_files(ROOT)
+    if listed is None:
         pytest.skip("not a git checkout")
-    long = {
-        f: n for f in listed.stdout.split() if (n := len((ROOT / f).read_text().splitlines())) > 500
-    }
+    long = {f: n for f in listed if (n := len((ROOT / f).read_text().splitlines())) > 500}
     assert not long, long
