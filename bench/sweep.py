@@ -202,7 +202,7 @@ def point(dtype, rows, cols, peers=(), kind="rows"):
 def backward_point(dtype, rows, cols):
     """Device time of softmax_op's backward against torch's softmax backward, both on the
     same y and dy, by graph replay in interleaved rounds."""
-    y = sm.softmax(torch.randn(rows, cols, device="cuda").to(dtype))
+    y = softmax_op.softmax(torch.randn(rows, cols, device="cuda").to(dtype))
     dy = torch.randn_like(y)
     fns = {
         "softmax.py": lambda: softmax_op.softmax_backward(y, dy),
