@@ -325,8 +325,8 @@ def test_the_interval_is_welch_s_on_log_times():
 )
 def test_verdicts(base, now, verdict):
     found = compare.judge(base, now, 1, compare.Gate(fail_above=2, min_ms=0))
-    assert found["verdict"] == verdict
-    assert found["regression"] == (verdict == "slower")
+    assert found.verdict == verdict
+    assert found.regression == (verdict == "slower")
 
 
 def test_one_run_a_side_judges_the_change_alone(tmp_path):
