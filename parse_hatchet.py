@@ -1,12 +1,5 @@
-"""Summarise Proton captures as JSON: aorta's five keys, then each kernel and each call
-site that launched GPU time, then the views (summary/views.py: rates, timelines, ranks,
-scopes) and a comparison with an earlier run (summary/compare.py); or a summary.json
-written before, read back (to draw, print or compare). docs/summary.md describes every
-input and key.
-
-    python parse_hatchet.py PATH [PATH ...] [-o FILE] [--table] [--top N] [--folded FILE]
-        [--html FILE] [--world-size N] [--ceiling PATH] [--diff BASE [--fail-above PCT]
-        [--min-ms MS] [--same PCT] [--any-device] [--markdown FILE]]
+"""Summarise Proton captures, or a summary.json written before, as JSON: aorta's five keys,
+each kernel and call site, the views and a comparison with an earlier run (docs/summary.md).
 
 Exit status: 0 summarised; 1 summarised but a capture found was not read or a rank of
 --world-size has none (proton_unread names each), or nothing to summarise (stderr says
@@ -46,17 +39,14 @@ def say(message: str) -> None:
         print(f"parse_hatchet: {printable(message)}", file=sys.stderr)
 
 
-class Summarized(NamedTuple):
-    """A run's summary, why there is nothing to summarise (or None), and the run as added."""
-
+class Summarized(NamedTuple):  # why there is nothing to summarise, or None
     summary: Summary
     problem: str | None
     run: Run
 
 
 class Inputs(NamedTuple):
-    """What a summary is made of: the captures found, the run's folder, its provenance
-    records by folder, the ranks expected and the measured ceilings."""
+    """What a summary is made of, beside the captures (records: provenance by folder)."""
 
     found: files.Found
     folder: str
@@ -119,28 +109,24 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
         say(f"combined {len(run.read)} captures: {', '.join(map(str, run.read))}")
     unread += missing_ranks(run, inputs.world_size)
     launches = run.capture.kernels
-    names = {name: demangle(name) for name in launches}
-    sites = callsites(run, names)
-    tuning = {}  # each kernel's launches by Triton's autotuner timing its configs
-    for site in sites.values():
-        for k in site.kernels if site.autotuning else ():
-            sums = tuning.setdefault(k.name, {"tuning_ms": 0.0, "tuning_launches": 0})
-            sums["tuning_ms"] += k.ms
-            sums["tuning_launches"] += k.launches or 0
     gpu_ms = sum(k.ms for k in launches.values())
-    kernels = [
-        Kernel(
+    kernels = {
+        name: Kernel(
             name=name,
-            readable_name=names[name],
+            readable_name=demangle(name),
             launches=k.launches,
             total_ms=k.ms,
             mean_us=k.ms * 1e3 / k.launches if k.launches else None,
             share=k.ms / gpu_ms if gpu_ms else 0.0,
-            **tuning.get(name, {}),
             **views.measure_rates(k, run.devices, inputs.ceilings),
         )
         for name, k in sorted(launches.items(), key=lambda item: item[1].ms, reverse=True)
-    ]
+    }
+    sites = callsites(run, kernels)
+    for site in sites.values():  # launches by Triton's autotuner timing its configs
+        for k in site.kernels if site.autotuning else ():
+            kernels[k.name].tuning_ms += k.ms
+            kernels[k.name].tuning_launches += k.launches or 0
     summary = Summary(
         proton_artifact_dir=inputs.folder,
         **(five_keys(launches) if launches else {}),
@@ -148,7 +134,7 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
         proton_device=list(run.devices.values()),
         proton_provenance=next(filter(None, provenance), None),
         proton_unread=unread,
-        proton_kernels=kernels,
+        proton_kernels=list(kernels.values()),
         proton_callsites=sorted(sites.values(), key=lambda s: s.ms, reverse=True),
         **views.measure(run, sites),
     )
@@ -163,59 +149,51 @@ def python_file(file: str) -> bool:
     return file.endswith(".py") and os.path.isfile(file)
 
 
-def callsites(run: Run, names: dict) -> dict:
-    """Each chain of the user's frames that launched GPU work, as a CallSite, by chain;
-    each file shown by the shortest part of its path that no other shares (names: each
-    kernel's readable name)."""
-    kernels = {}
+def callsites(run: Run, kernels: dict) -> dict:
+    """Each chain of the user's frames that launched GPU work, as a CallSite, by chain."""
+    by_chain = {}
     for (chain, name), (ms, launches) in run.capture.sites.items():
         if chain:  # kernels with no frame of the user's above them (shadow context)
-            site = SiteKernel(name=name, readable_name=names[name], launches=launches, ms=ms)
-            kernels.setdefault(chain, []).append(site)
+            readable = kernels[name].readable_name
+            site = SiteKernel(name=name, readable_name=readable, launches=launches, ms=ms)
+            by_chain.setdefault(chain, []).append(site)
     chains = run.capture.chains
     short = short_names({frame[0] for _, frame, _ in chains.links[1:]})
     made, sites = {}, {}
-    for chain, rows in kernels.items():
+    for chain, rows in by_chain.items():
         file, line, _ = chains.links[chain][1]
         text = linecache.getline(file, line).strip()[:200] if python_file(file) else ""
         where = {"source": printable(text) or None, "ms": sum(k.ms for k in rows), "kernels": rows}
-        site = CallSite(**where, **site_frames(*chains.frames(chain), short, made))
-        site.callsite = site.callsite or " > ".join(site.frame_texts())  # with its notes
-        sites[chain] = site
+        sites[chain] = make_callsite(*chains.frames(chain), short, made, **where)
     return sites
 
 
-def site_frames(links: list, outer: int, short: dict, made: dict) -> dict:
-    """A chain's links as a call site's frames, outermost first, and its text where it has
-    no notes: a CUDA graph's kernels where it was captured, and where it was replayed
-    (above the last <captured_at>); autotuning marked as such; made: each link's Frame and
-    its text, made once."""
+def make_callsite(links: list, outer: int, short: dict, made: dict, **where: object) -> CallSite:
+    """A chain's links as a call site, frames outermost first: a CUDA graph's kernels where
+    it was captured, and where it was replayed (above the last <captured_at>); autotuning
+    marked as such; made: each link's Frame and its text, made once."""
     for link in links:
         if link not in made:
             file, line, function, repeats = link
-            frame = (
-                None
-                if file in (CAPTURED_AT, AUTOTUNING)
-                else Frame(short[file], line, function, repeats)
-            )
+            marker = file in (CAPTURED_AT, AUTOTUNING)
+            frame = None if marker else Frame(short[file], line, function, repeats)
             made[link] = frame, frame and frame.text()
     made_links = [made[link] for link in links]
-    if all(frame for frame, _ in made_links):  # no marker: as most call sites
+    if all(frame for frame, _ in made_links):  # no marker, as most: its text from the made
         texts = [f"[{outer} outer frames]"] * bool(outer) + [text for _, text in made_links]
         frames = [frame for frame, _ in made_links]
-        return {"frames": frames, "outer_frames": outer, "callsite": " > ".join(texts)}
+        return CallSite(**where, frames=frames, outer_frames=outer, callsite=" > ".join(texts))
     files_ = [link[0] for link in links]
     replayed = None
     if CAPTURED_AT in files_:
         at = len(files_) - 1 - files_[::-1].index(CAPTURED_AT)
-        replayed, made_links = made_links[:at], made_links[at + 1 :]
-    return {
-        "callsite": "",  # made from the record, with its notes
-        "frames": [frame for frame, _ in made_links if frame],
-        "outer_frames": outer,
-        "autotuning": AUTOTUNING in files_,
-        "replayed_at": None if replayed is None else [frame for frame, _ in replayed if frame],
-    }
+        replayed = [frame for frame, _ in made_links[:at] if frame]
+        made_links = made_links[at + 1 :]
+    frames = [frame for frame, _ in made_links if frame]
+    site = CallSite(**where, callsite="", frames=frames, outer_frames=outer, replayed_at=replayed)
+    site.autotuning = AUTOTUNING in files_
+    site.callsite = " > ".join(site.frame_texts())  # with its notes
+    return site
 
 
 def headline(summary: Summary) -> str:
