@@ -55,17 +55,6 @@ class Inputs(NamedTuple):
     ceilings: list
 
 
-def read(captures: list, unread: list) -> Run:
-    """The captures added up; each that cannot be read is named in unread."""
-    run = Run()
-    for path in captures:
-        try:
-            run.add(path, files.load(path), files.rank_of(path))
-        except ValueError as e:
-            unread.append({"file": str(path), "why": str(e)})
-    return run
-
-
 def problem(run: Run, unread: list, provenance: list, world_size: int | None) -> str | None:
     """Why the captures cannot be summarised as one run, or hold nothing to summarise."""
     ids = {(record or {}).get("run_id") for record in provenance}
@@ -85,8 +74,8 @@ def problem(run: Run, unread: list, provenance: list, world_size: int | None) ->
 
 
 def missing_ranks(run: Run, world_size: int | None) -> list:
-    """{"file", "rank", "why"} of each rank of world_size that wrote no capture read (a
-    capture whose name gives no rank is rank 0's, as one process's is)."""
+    """proton_unread's entry of each rank of world_size with no capture read (a capture
+    whose name gives no rank is rank 0's)."""
     ranks = {rank or 0 for rank, *_ in run.per_file}
     missing = sorted(set(range(world_size or 0)) - ranks)
     if missing:  # one line, however many
@@ -98,8 +87,12 @@ def missing_ranks(run: Run, world_size: int | None) -> list:
 
 def summarize(inputs: Inputs, captures: list) -> Summarized:
     """The summary of one run's (or one trial's) captures."""
-    unread = list(inputs.found.skipped)
-    run = read(captures, unread)
+    unread, run = list(inputs.found.skipped), Run()
+    for path in captures:
+        try:
+            run.add(path, files.load(path), files.rank_of(path))
+        except ValueError as e:
+            unread.append({"file": str(path), "why": str(e)})
     provenance = [files.record_of(path, inputs.records) for path in run.read]
     if why := problem(run, unread, provenance, inputs.world_size):
         return Summarized(Summary(proton_artifact_dir=inputs.folder), why, run)
@@ -144,8 +137,8 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
 
 @functools.cache
 def python_file(file: str) -> bool:
-    """Whether a frame's file is a .py file here, to read its lines from (asked once a file:
-    linecache asks again for each line of a file it does not hold)."""
+    """Whether a frame's file is a .py file here (asked once a file: linecache asks again
+    for each line of a file it does not hold)."""
     return file.endswith(".py") and os.path.isfile(file)
 
 
@@ -197,8 +190,7 @@ def make_callsite(links: list, outer: int, short: dict, made: dict, **where: obj
 
 
 def headline(summary: Summary) -> str:
-    """The summary in one line, the terminal's first: a comparison's first line, else the
-    kernel that took the most GPU time, and how good it is."""
+    """The headline (docs/summary.md's "The first line and the headline")."""
     if summary.proton_diff:
         return summary.proton_diff.first_line
     if not summary.proton_kernels:
@@ -280,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def ceilings(path: str | None) -> list:
-    """The measured ceilings (`make ceiling`) in path, a file or a folder of them."""
+    """The measured ceilings (`make ceiling`'s records) in path, a file or a folder."""
     if path is None:
         return []
     folder = Path(path)
@@ -307,9 +299,8 @@ def saved(path: str) -> Summarized:
 def summaries(
     paths: list, world: int | None = None, ceiling: list = ()
 ) -> tuple[list, str | None, files.Found]:
-    """The summaries of what paths hold, one for each trial where they hold trials (a trial
-    with no capture named as such), or the summary.json given; the first problem that left
-    nothing to summarise; and what was found."""
+    """The summaries of what paths hold, one a trial, or the summary.json given; the first
+    problem that left nothing to summarise; and what was found."""
     if len(paths) == 1 and paths[0].endswith(".json") and Path(paths[0]).is_file():
         found = files.Found(seen={os.path.realpath(paths[0]): Path(paths[0])})
         done = saved(paths[0])
@@ -336,8 +327,7 @@ def summaries(
 
 
 def write_page(path: str | None, summary: Summary, inputs: set) -> None:
-    """The summary's page (summary/page.py) where --html asks for one; one that cannot be
-    written is named in one line, and the exit status stays the summary's."""
+    """The page --html asks for; one not written is named, the exit status left as it is."""
     if path is None:
         return
     from summary import page
@@ -348,18 +338,11 @@ def write_page(path: str | None, summary: Summary, inputs: set) -> None:
         say(f"no page written to {path[:200]}: {getattr(e, 'strerror', None) or str(e)[:300]}")
 
 
-def interleaved(paths: list, base: str) -> bool:
-    """Whether now and base are the two sides of one make ab run: its now and base folders,
-    beside the order it ran them in."""
-    run = Path(base).resolve().parent
-    return len(paths) == 1 and Path(paths[0]).resolve().parent == run and (run / "order").is_file()
-
-
 def compare_with_base(
     args: argparse.Namespace, found: files.Found, done: list, inputs: set
 ) -> tuple:
-    """proton_diff of done against --diff's run, and the problem that leaves nothing to
-    compare (or None); inputs gains the base's files."""
+    """proton_diff of done against --diff's run, and why there is nothing to compare (or
+    None); inputs gains the base's files."""
     base, problem, base_found = summaries([args.diff])
     if len({files.kind(p) for p in found.files + base_found.files}) > 1:
         raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds others")
@@ -367,7 +350,10 @@ def compare_with_base(
     sides = [[s.summary for s in side] for side in (base, done)]
     if problem := problem or compare.find_unfit_base(sides[0]):
         return UNSET, f"--diff {args.diff[:200]}: {problem}"
-    ab = interleaved(args.paths, args.diff)
+    # The two sides of one make ab run: its now and base folders, beside the order it ran them.
+    ab_run, paths = Path(args.diff).resolve().parent, args.paths
+    ab = len(paths) == 1 and Path(paths[0]).resolve().parent == ab_run
+    ab = ab and (ab_run / "order").is_file()
     if refused := compare.find_refusal(*sides, ab, args.any_device):
         raise Refused(f"--diff {args.diff[:200]}: {refused}")
     given = {k: getattr(args, k) for k in compare.Gate._fields}

@@ -27,8 +27,7 @@ class Gate(NamedTuple):
 
 
 def kernel_times(side: list[Summary]) -> dict:
-    """Each kernel's (record, ms per trial) outside the autotuner; a kernel launched only by
-    the tuner is none."""
+    """Each kernel's (record, ms per trial) outside the autotuner, by name."""
     out = {}
     for i, summary in enumerate(side):
         for k in summary.proton_kernels:
@@ -64,8 +63,7 @@ def frames(site: CallSite) -> list:
 
 
 def kernel_key(name: str) -> str:
-    """A kernel's name without launch_metadata's " [shape dtype]": a kernel whose shape
-    changed is still itself."""
+    """A kernel's name without launch_metadata's " [shape dtype]"."""
     return name[: name.rindex(" [")] if name.endswith("]") and " [" in name else name
 
 
@@ -80,8 +78,7 @@ def lines(site: Site) -> tuple:
 
 
 def matched_kernels(before: dict, after: dict) -> list:
-    """Pairs of (record, ms per trial) of base and now, None where a side lacks it: by name
-    without the shape, the same shape first, then the others in order."""
+    """Pairs of (record, ms per trial) of base and now, None where a side lacks it."""
     groups = {}
     for i, side in enumerate((before, after)):
         for name, entry in sorted(side.items()):
@@ -105,10 +102,8 @@ def distance(x: Site, y: Site) -> tuple:
 
 
 def matched_sites(before: dict, after: dict) -> tuple[list, list]:
-    """Pairs of call sites of base and now (None where a side lacks one), matched on their
-    files and functions, then nearest first (distance), then, as many being left on each
-    side, in the order of their lines (an edit that shifts lines keeps their order); and
-    those still tied."""
+    """Pairs of call sites of base and now (None where a side lacks one), and those tied, by
+    docs/summary.md's "Rows matched by what they are"."""
     groups = {}
     for i, side in enumerate((before, after)):
         for site in side.values():
@@ -287,9 +282,7 @@ def judge(base: list | None, now: list | None, m: int, gate: Gate) -> Row:
 
 
 def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False) -> Comparison:
-    """proton_diff: the GPU time (tuning apart), each kernel and each call site, base
-    against now, each with its verdict, the largest change first; the regressions; the
-    first line, which tells the story, and the gate's outcome."""
+    """proton_diff: each row of base against now, the largest change first, and the story."""
     kernels = [kernel_times(side) for side in (base, now)]
     pairs = matched_kernels(*kernels)
     sites, tied = matched_sites(*(site_times(side) for side in (base, now)))
@@ -375,9 +368,8 @@ def find_device_difference(base: list, now: list) -> str | None:
 
 
 def find_refusal(base: list, now: list, interleaved: bool, any_device: bool) -> str | None:
-    """Why base and now cannot be compared: other numbers of ranks (summed, they would
-    read as a change), other devices (unless any_device), or, where they were not
-    interleaved, nothing in common; else None."""
+    """Why base and now cannot be compared (ranks or devices differ, or, not interleaved,
+    nothing in common), else None."""
     counts = [{len(s.proton_ranks or [0]) for s in side} for side in (base, now)]  # 1: no ranks
     if len(counts[0] | counts[1]) > 1:
         was, is_ = ("/".join(map(str, sorted(c))) for c in counts)
@@ -393,8 +385,7 @@ def find_refusal(base: list, now: list, interleaved: bool, any_device: bool) -> 
 
 
 def find_unfit_base(base: list) -> str | None:
-    """Why base's summaries cannot be compared with: a capture not read (a comparison with
-    part of a run would mislead), or no timed kernel; else None."""
+    """Why base cannot be compared with (a capture not read, no timed kernel), else None."""
     unread = [u for s in base for u in s.proton_unread or [] if "same_as" not in u]
     if unread:
         return f"not every capture was read ({unread[0]['file']}: {unread[0]['why']})"
@@ -402,9 +393,7 @@ def find_unfit_base(base: list) -> str | None:
 
 
 def write_first_line(d: Comparison, gate: Gate) -> str:
-    """The first line: the largest regression, else the judged change that adds or removes
-    the most ms, else that none changed; the new or gone kernel that moves the GPU time
-    most; the rows left inconclusive; the caveats (docs/summary.md's rules)."""
+    """The first line, by docs/summary.md's "The first line and the headline"."""
     pct = gate.fail_above
     if regressions := select_rows(d, lambda r: r.regression):
         more = f" ({len(regressions)} regressions)" if len(regressions) > 1 else ""
@@ -433,8 +422,7 @@ def describe(row: Row) -> str:
 
 
 def write_gate_lines(d: Comparison) -> list[str]:
-    """The gate's outcome in a line (none, passed, or how many rows failed it: exit 3),
-    then one line for each regression, as stderr says them."""
+    """The gate's outcome in a line, then each regression as stderr says it."""
     pct, tail = d.fail_above, "".join(f"; {c}" for c in d.caveats)
     if not d.regressions:
         return ["Gate: none." if pct is None else f"Gate: passed --fail-above {pct:g}."]
