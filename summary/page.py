@@ -189,12 +189,6 @@ def peak_panel(drawn: list, share: dict) -> tuple[list[dict], dict]:
     return bars, {"xaxis": {**share, "domain": share_at}, "xaxis2": xaxis2, "annotations": titles}
 
 
-def flame_colour(function: str) -> str:
-    """A frame's colour as flame graphs draw them: warm, the same for the same function."""
-    hue = zlib.crc32(function.encode()) % 50
-    return f"hsl({hue}, 80%, {58 + hue % 3 * 6}%)"
-
-
 def draw_callsites(summary: Summary) -> Figure | None:
     """The call sites as an icicle (a flame graph root up): each frame of the user's,
     then the kernels it launched, as wide as their GPU time; the source line on hover."""
@@ -208,7 +202,8 @@ def draw_callsites(summary: Summary) -> Figure | None:
         functions = [""] * (len(texts) - len(site.frames)) + [f.function for f in site.frames]
         for frame, function in zip(texts, functions, strict=True):
             node = f"{parent}\n{frame}"  # a node's id: its path from the root
-            colour = flame_colour(function)
+            hue = zlib.crc32(function.encode()) % 50  # warm, the same for the same function
+            colour = f"hsl({hue}, 80%, {58 + hue % 3 * 6}%)"
             nodes.setdefault(node, [shorten(frame), parent, text(frame), 0.0, colour])
             parent = node
         source = text(site.source or "(no source line here)")

@@ -36,13 +36,6 @@ def measure(run: Run, sites: dict) -> dict:
     return out
 
 
-def describe_spread(times: list) -> dict:
-    """mean, min and max ms across trials, and the coefficient of variation (or None)."""
-    mean = fmean(times)
-    cv = stdev(times) / mean if len(times) > 1 and mean else None
-    return {"mean_ms": mean, "min_ms": min(times), "max_ms": max(times), "cv": cv}
-
-
 def spread_trials(summaries: list[Summary]) -> Trials:
     """proton_trials: n, and each kernel's time per trial across trials, the largest first."""
     times, names = {}, {}
@@ -50,10 +43,12 @@ def spread_trials(summaries: list[Summary]) -> Trials:
         for k in summary.proton_kernels:
             times.setdefault(k.name, [0.0] * len(summaries))[i] += k.total_ms
             names.setdefault(k.name, k.readable_name)
-    rows = [
-        Spread(name=n, readable_name=names[n], **describe_spread(t), times_ms=t)
-        for n, t in times.items()
-    ]
+    rows = []
+    for name, t in times.items():
+        mean = fmean(t)
+        cv = stdev(t) / mean if len(t) > 1 and mean else None  # none for one trial
+        spread = {"mean_ms": mean, "min_ms": min(t), "max_ms": max(t), "cv": cv, "times_ms": t}
+        rows.append(Spread(name=name, readable_name=names[name], **spread))
     return Trials(n=len(summaries), kernels=sorted(rows, key=lambda r: r.mean_ms, reverse=True))
 
 
