@@ -71,8 +71,7 @@ def find(paths: list[str]) -> Found:
 
 
 def search(found: Found, folder: Path, top: bool = False) -> None:
-    """Adds the captures in folder and below; at the top, trial<K> folders are a run's
-    trials, numbered 1 to N."""
+    """Adds the captures in folder and below; at the top, trial<K> folders are trials."""
     trials = {}
     for entry in listed(found, folder, top):
         before = len(found.files)
@@ -86,8 +85,7 @@ def search(found: Found, folder: Path, top: bool = False) -> None:
 
 
 def listed(found: Found, folder: Path, top: bool) -> list:
-    """folder's entries by name; none for a folder reached again through a link, or one
-    that cannot be listed (named; refused where the user named it)."""
+    """folder's entries by name; none for one reached again, or that cannot be listed."""
     if (real := os.path.realpath(folder)) in found.seen:
         return []
     found.seen[real] = folder

@@ -131,8 +131,7 @@ def draw_top(summary: Summary) -> list[str]:
 
 
 def draw_kernels(summary: Summary) -> Figure | None:
-    """Each kernel's share of GPU time (tuning launches apart) beside its percent of the
-    device's nominal peak bandwidth, and of a measured ceiling where the run has one."""
+    """Each kernel's share of GPU time (tuning launches apart) beside its percent of peak."""
     rows = summary.proton_kernels
     if not (drawn := rows[:TOP]):
         return None
@@ -190,8 +189,7 @@ def peak_panel(drawn: list, share: dict) -> tuple[list[dict], dict]:
 
 
 def draw_callsites(summary: Summary) -> Figure | None:
-    """The call sites as an icicle (a flame graph root up): each frame of the user's,
-    then the kernels it launched, as wide as their GPU time; the source line on hover."""
+    """The call sites as an icicle (a flame graph root up) of the folded stacks."""
     if not (sites := summary.proton_callsites):
         return None
     # id (a node's path from the root; a kernel's holds a NUL, which no frame does) ->
@@ -237,8 +235,7 @@ def site_label(entry: dict) -> str:
 
 
 def draw_timeline(summary: Summary) -> Figure | None:
-    """Each call site's launches over its span as a strip of bins, a bin's colour the
-    share of it in which the site's kernels ran: the idle gaps are the pale bins."""
+    """Each call site's launches over its span as a strip of bins coloured by how busy."""
     entries = [e for e in summary.proton_timeline or [] if e.get("busy_by_bin")]
     if not (drawn := entries[:SITES]):
         return None
@@ -314,8 +311,7 @@ def points(at: int, times: list | None, mean: float | None, base: bool) -> list[
 
 
 def ratio_marker(at: int, row: Row) -> dict:
-    """A row's ratio, now over the base, with its interval (its ratio alone where it has
-    none: one run a side), coloured by its verdict."""
+    """A row's ratio with its interval (where it has one), coloured by its verdict."""
     r = row.ratio
     low, high = (r, r) if row.low is None else (row.low, row.high)
     marker = {**DIAMOND, "color": VERDICT_COLOURS.get(row.verdict, "#9467bd")}
@@ -324,8 +320,7 @@ def ratio_marker(at: int, row: Row) -> dict:
 
 
 def draw_comparison(summary: Summary) -> Figure | None:
-    """Each compared row: its trials as points over the base's mean, its ratio with the
-    interval it was judged by, coloured by the verdict."""
+    """Each compared row: its trials as points, its ratio and interval by its verdict."""
     if not (diff := summary.proton_diff):
         return None
     rows = [diff.total, *diff.kernels[:TOP], *diff.callsites[:TOP]]  # GPU time first

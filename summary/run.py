@@ -175,9 +175,8 @@ def walk_tree(roots: list, capture: Capture) -> None:
 
 
 def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
-    """Adds a trace's kernel events, each a launch of one, and returns them as (start us,
-    end us, chain, name); and apart, the instrumentation backend's events (their clock's
-    frequency given), scopes left to the views."""
+    """Adds a trace's kernel events, each one launch, and returns them as (start us, end us,
+    chain, name); and apart, the instrumentation backend's events, left to the views."""
     launches, scoped, by_stack = [], [], {}  # by_stack: a call stack met again is looked up
     for e in events:
         args = e.get("args", {})
@@ -202,8 +201,8 @@ def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
 @functools.cache
 def frame_of(name: str) -> tuple | bool | None:
     """A node's name, "file:line@function", as (file, line, function) for a frame of the
-    user's; the autotuner's benchmarking as AUTOTUNED; False for another frame (Python's,
-    Triton's, torch's, proton_launch.py's, Proton's hook's); None for no frame (a kernel)."""
+    user's; AUTOTUNED for the autotuner's benchmarking; False for a library's frame; None
+    for no frame (a kernel)."""
     head, at, func = name.rpartition("@")
     file, colon, line = head.rpartition(":")
     if not (at and colon and line.isdecimal()):
@@ -346,7 +345,7 @@ def epoch_ns(trace: dict) -> int | None:  # where a trace's clock starts, if it 
 
 @dataclass
 class Run:
-    """One run's captures as added: what they add up to, and what the views need."""
+    """One run's captures as added."""
 
     capture: Capture = field(default_factory=Capture)
     read: list = field(default_factory=list)
