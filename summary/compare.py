@@ -86,10 +86,7 @@ def matched_kernels(before: dict, after: dict) -> list:
     pairs = []
     for old, new in groups.values():
         pairs += [(old.pop(name), new.pop(name)) for name in list(old) if name in new]
-        rest = [list(old.values()), list(new.values())]
-        pairs += list(zip(*rest, strict=False))  # the rest in order
-        pairs += [(a, None) for a in rest[0][len(rest[1]) :]]
-        pairs += [(None, b) for b in rest[1][len(rest[0]) :]]
+        pairs += itertools.zip_longest(old.values(), new.values())  # the rest in order
     return pairs
 
 
