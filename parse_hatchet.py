@@ -39,10 +39,9 @@ def say(message: str) -> None:
         print(f"parse_hatchet: {printable(message)}", file=sys.stderr)
 
 
-class Summarized(NamedTuple):  # why there is nothing to summarise, or None
+class Summarized(NamedTuple):
     summary: Summary
-    problem: str | None
-    run: Run
+    problem: str | None  # why there is nothing to summarise, or None
 
 
 class Inputs(NamedTuple):
@@ -95,7 +94,7 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
             unread.append({"file": str(path), "why": str(e)})
     provenance = [files.record_of(path, inputs.records) for path in run.read]
     if why := problem(run, unread, provenance, inputs.world_size):
-        return Summarized(Summary(proton_artifact_dir=inputs.folder), why, run)
+        return Summarized(Summary(proton_artifact_dir=inputs.folder), why)
     for entry in unread:
         say(f"warning: skipped {entry['file']}: {entry['why']}")
     if len(run.read) > 1:
@@ -132,7 +131,7 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
         **views.measure(run, sites),
     )
     summary.headline = headline(summary)
-    return Summarized(summary, None, run)
+    return Summarized(summary, None)
 
 
 @functools.cache
@@ -293,7 +292,7 @@ def saved(path: str) -> Summarized:
     except (OSError, ValueError) as e:
         raise Refused(f"{path[:200]}: {getattr(e, 'strerror', None) or e}") from None
     summary.proton_trials = summary.proton_diff = summary.headline = UNSET  # made again
-    return Summarized(summary, None if summary.proton_unread is not UNSET else "empty", Run())
+    return Summarized(summary, None if summary.proton_unread is not UNSET else "empty")
 
 
 def summaries(
