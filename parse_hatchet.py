@@ -1,12 +1,5 @@
-"""Summarise Proton captures as JSON: aorta's five keys, then each kernel and each call
-site that launched GPU time, then the views (summary/views.py: rates, timelines, ranks,
-scopes) and a comparison with an earlier run (summary/compare.py); or a summary.json
-written before, read back (to draw, print or compare). docs/summary.md describes every
-input and key.
-
-    python parse_hatchet.py PATH [PATH ...] [-o FILE] [--table] [--top N] [--folded FILE]
-        [--html FILE] [--world-size N] [--ceiling PATH] [--diff BASE [--fail-above PCT]
-        [--min-ms MS] [--same PCT] [--any-device] [--markdown FILE]]
+"""Summarise Proton captures, or a summary.json written before, as JSON: aorta's five keys,
+each kernel and call site, the views and a comparison with an earlier run (docs/summary.md).
 
 Exit status: 0 summarised; 1 summarised but a capture found was not read or a rank of
 --world-size has none (proton_unread names each), or nothing to summarise (stderr says
@@ -47,33 +40,18 @@ def say(message: str) -> None:
 
 
 class Summarized(NamedTuple):
-    """A run's summary, why there is nothing to summarise (or None), and the run as added."""
-
     summary: Summary
-    problem: str | None
-    run: Run
+    problem: str | None  # why there is nothing to summarise, or None
 
 
 class Inputs(NamedTuple):
-    """What a summary is made of: the captures found, the run's folder, its provenance
-    records by folder, the ranks expected and the measured ceilings."""
+    """What a summary is made of, beside the captures (records: provenance by folder)."""
 
     found: files.Found
     folder: str
     records: dict
     world_size: int | None
     ceilings: list
-
-
-def read(captures: list, unread: list) -> Run:
-    """The captures added up; each that cannot be read is named in unread."""
-    run = Run()
-    for path in captures:
-        try:
-            run.add(path, files.load(path), files.rank_of(path))
-        except ValueError as e:
-            unread.append({"file": str(path), "why": str(e)})
-    return run
 
 
 def problem(run: Run, unread: list, provenance: list, world_size: int | None) -> str | None:
@@ -95,8 +73,8 @@ def problem(run: Run, unread: list, provenance: list, world_size: int | None) ->
 
 
 def missing_ranks(run: Run, world_size: int | None) -> list:
-    """{"file", "rank", "why"} of each rank of world_size that wrote no capture read (a
-    capture whose name gives no rank is rank 0's, as one process's is)."""
+    """proton_unread's entry of each rank of world_size with no capture read (a capture
+    whose name gives no rank is rank 0's)."""
     ranks = {rank or 0 for rank, *_ in run.per_file}
     missing = sorted(set(range(world_size or 0)) - ranks)
     if missing:  # one line, however many
@@ -108,39 +86,39 @@ def missing_ranks(run: Run, world_size: int | None) -> list:
 
 def summarize(inputs: Inputs, captures: list) -> Summarized:
     """The summary of one run's (or one trial's) captures."""
-    unread = list(inputs.found.skipped)
-    run = read(captures, unread)
+    unread, run = list(inputs.found.skipped), Run()
+    for path in captures:
+        try:
+            run.add(path, files.load(path), files.rank_of(path))
+        except ValueError as e:
+            unread.append({"file": str(path), "why": str(e)})
     provenance = [files.record_of(path, inputs.records) for path in run.read]
     if why := problem(run, unread, provenance, inputs.world_size):
-        return Summarized(Summary(proton_artifact_dir=inputs.folder), why, run)
+        return Summarized(Summary(proton_artifact_dir=inputs.folder), why)
     for entry in unread:
         say(f"warning: skipped {entry['file']}: {entry['why']}")
     if len(run.read) > 1:
         say(f"combined {len(run.read)} captures: {', '.join(map(str, run.read))}")
     unread += missing_ranks(run, inputs.world_size)
     launches = run.capture.kernels
-    names = {name: demangle(name) for name in launches}
-    sites = callsites(run, names)
-    tuning = {}  # each kernel's launches by Triton's autotuner timing its configs
-    for site in sites.values():
-        for k in site.kernels if site.autotuning else ():
-            sums = tuning.setdefault(k.name, {"tuning_ms": 0.0, "tuning_launches": 0})
-            sums["tuning_ms"] += k.ms
-            sums["tuning_launches"] += k.launches or 0
     gpu_ms = sum(k.ms for k in launches.values())
-    kernels = [
-        Kernel(
+    kernels = {
+        name: Kernel(
             name=name,
-            readable_name=names[name],
+            readable_name=demangle(name),
             launches=k.launches,
             total_ms=k.ms,
             mean_us=k.ms * 1e3 / k.launches if k.launches else None,
             share=k.ms / gpu_ms if gpu_ms else 0.0,
-            **tuning.get(name, {}),
             **views.measure_rates(k, run.devices, inputs.ceilings),
         )
         for name, k in sorted(launches.items(), key=lambda item: item[1].ms, reverse=True)
-    ]
+    }
+    sites = callsites(run, kernels)
+    for site in sites.values():  # launches by Triton's autotuner timing its configs
+        for k in site.kernels if site.autotuning else ():
+            kernels[k.name].tuning_ms += k.ms
+            kernels[k.name].tuning_launches += k.launches or 0
     summary = Summary(
         proton_artifact_dir=inputs.folder,
         **(five_keys(launches) if launches else {}),
@@ -148,79 +126,70 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
         proton_device=list(run.devices.values()),
         proton_provenance=next(filter(None, provenance), None),
         proton_unread=unread,
-        proton_kernels=kernels,
+        proton_kernels=list(kernels.values()),
         proton_callsites=sorted(sites.values(), key=lambda s: s.ms, reverse=True),
         **views.measure(run, sites),
     )
     summary.headline = headline(summary)
-    return Summarized(summary, None, run)
+    return Summarized(summary, None)
 
 
 @functools.cache
 def python_file(file: str) -> bool:
-    """Whether a frame's file is a .py file here, to read its lines from (asked once a file:
-    linecache asks again for each line of a file it does not hold)."""
+    """Whether a frame's file is a .py file here (asked once a file: linecache asks again
+    for each line of a file it does not hold)."""
     return file.endswith(".py") and os.path.isfile(file)
 
 
-def callsites(run: Run, names: dict) -> dict:
-    """Each chain of the user's frames that launched GPU work, as a CallSite, by chain;
-    each file shown by the shortest part of its path that no other shares (names: each
-    kernel's readable name)."""
-    kernels = {}
+def callsites(run: Run, kernels: dict) -> dict:
+    """Each chain of the user's frames that launched GPU work, as a CallSite, by chain."""
+    by_chain = {}
     for (chain, name), (ms, launches) in run.capture.sites.items():
         if chain:  # kernels with no frame of the user's above them (shadow context)
-            site = SiteKernel(name=name, readable_name=names[name], launches=launches, ms=ms)
-            kernels.setdefault(chain, []).append(site)
+            readable = kernels[name].readable_name
+            site = SiteKernel(name=name, readable_name=readable, launches=launches, ms=ms)
+            by_chain.setdefault(chain, []).append(site)
     chains = run.capture.chains
     short = short_names({frame[0] for _, frame, _ in chains.links[1:]})
     made, sites = {}, {}
-    for chain, rows in kernels.items():
+    for chain, rows in by_chain.items():
         file, line, _ = chains.links[chain][1]
         text = linecache.getline(file, line).strip()[:200] if python_file(file) else ""
         where = {"source": printable(text) or None, "ms": sum(k.ms for k in rows), "kernels": rows}
-        site = CallSite(**where, **site_frames(*chains.frames(chain), short, made))
-        site.callsite = site.callsite or " > ".join(site.frame_texts())  # with its notes
-        sites[chain] = site
+        sites[chain] = make_callsite(*chains.frames(chain), short, made, **where)
     return sites
 
 
-def site_frames(links: list, outer: int, short: dict, made: dict) -> dict:
-    """A chain's links as a call site's frames, outermost first, and its text where it has
-    no notes: a CUDA graph's kernels where it was captured, and where it was replayed
-    (above the last <captured_at>); autotuning marked as such; made: each link's Frame and
-    its text, made once."""
+def make_callsite(links: list, outer: int, short: dict, made: dict, **where: object) -> CallSite:
+    """A chain's links as a call site, frames outermost first: a CUDA graph's kernels where
+    it was captured, and where it was replayed (above the last <captured_at>); autotuning
+    marked as such; made: each link's Frame and its text, made once."""
     for link in links:
         if link not in made:
             file, line, function, repeats = link
-            frame = (
-                None
-                if file in (CAPTURED_AT, AUTOTUNING)
-                else Frame(short[file], line, function, repeats)
-            )
+            marker = file in (CAPTURED_AT, AUTOTUNING)
+            frame = None if marker else Frame(short[file], line, function, repeats)
             made[link] = frame, frame and frame.text()
     made_links = [made[link] for link in links]
-    if all(frame for frame, _ in made_links):  # no marker: as most call sites
+    if all(frame for frame, _ in made_links):  # no marker, as most: its text from the made
         texts = [f"[{outer} outer frames]"] * bool(outer) + [text for _, text in made_links]
         frames = [frame for frame, _ in made_links]
-        return {"frames": frames, "outer_frames": outer, "callsite": " > ".join(texts)}
+        return CallSite(**where, frames=frames, outer_frames=outer, callsite=" > ".join(texts))
     files_ = [link[0] for link in links]
     replayed = None
     if CAPTURED_AT in files_:
         at = len(files_) - 1 - files_[::-1].index(CAPTURED_AT)
-        replayed, made_links = made_links[:at], made_links[at + 1 :]
-    return {
-        "callsite": "",  # made from the record, with its notes
-        "frames": [frame for frame, _ in made_links if frame],
-        "outer_frames": outer,
-        "autotuning": AUTOTUNING in files_,
-        "replayed_at": None if replayed is None else [frame for frame, _ in replayed if frame],
-    }
+        replayed = [frame for frame, _ in made_links[:at] if frame]
+        made_links = made_links[at + 1 :]
+    frames = [frame for frame, _ in made_links if frame]
+    site = CallSite(**where, callsite="", frames=frames, outer_frames=outer, replayed_at=replayed)
+    site.autotuning = AUTOTUNING in files_
+    site.callsite = " > ".join(site.frame_texts())  # with its notes
+    return site
 
 
 def headline(summary: Summary) -> str:
-    """The summary in one line, the terminal's first: a comparison's first line, else the
-    kernel that took the most GPU time, and how good it is."""
+    """The headline (docs/summary.md's "The first line and the headline")."""
     if summary.proton_diff:
         return summary.proton_diff.first_line
     if not summary.proton_kernels:
@@ -302,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def ceilings(path: str | None) -> list:
-    """The measured ceilings (`make ceiling`) in path, a file or a folder of them."""
+    """The measured ceilings (`make ceiling`'s records) in path, a file or a folder."""
     if path is None:
         return []
     folder = Path(path)
@@ -323,15 +292,14 @@ def saved(path: str) -> Summarized:
     except (OSError, ValueError) as e:
         raise Refused(f"{path[:200]}: {getattr(e, 'strerror', None) or e}") from None
     summary.proton_trials = summary.proton_diff = summary.headline = UNSET  # made again
-    return Summarized(summary, None if summary.proton_unread is not UNSET else "empty", Run())
+    return Summarized(summary, None if summary.proton_unread is not UNSET else "empty")
 
 
 def summaries(
     paths: list, world: int | None = None, ceiling: list = ()
 ) -> tuple[list, str | None, files.Found]:
-    """The summaries of what paths hold, one for each trial where they hold trials (a trial
-    with no capture named as such), or the summary.json given; the first problem that left
-    nothing to summarise; and what was found."""
+    """The summaries of what paths hold, one a trial, or the summary.json given; the first
+    problem that left nothing to summarise; and what was found."""
     if len(paths) == 1 and paths[0].endswith(".json") and Path(paths[0]).is_file():
         found = files.Found(seen={os.path.realpath(paths[0]): Path(paths[0])})
         done = saved(paths[0])
@@ -358,8 +326,7 @@ def summaries(
 
 
 def write_page(path: str | None, summary: Summary, inputs: set) -> None:
-    """The summary's page (summary/page.py) where --html asks for one; one that cannot be
-    written is named in one line, and the exit status stays the summary's."""
+    """The page --html asks for; one not written is named, the exit status left as it is."""
     if path is None:
         return
     from summary import page
@@ -370,18 +337,11 @@ def write_page(path: str | None, summary: Summary, inputs: set) -> None:
         say(f"no page written to {path[:200]}: {getattr(e, 'strerror', None) or str(e)[:300]}")
 
 
-def interleaved(paths: list, base: str) -> bool:
-    """Whether now and base are the two sides of one make ab run: its now and base folders,
-    beside the order it ran them in."""
-    run = Path(base).resolve().parent
-    return len(paths) == 1 and Path(paths[0]).resolve().parent == run and (run / "order").is_file()
-
-
 def compare_with_base(
     args: argparse.Namespace, found: files.Found, done: list, inputs: set
 ) -> tuple:
-    """proton_diff of done against --diff's run, and the problem that leaves nothing to
-    compare (or None); inputs gains the base's files."""
+    """proton_diff of done against --diff's run, and why there is nothing to compare (or
+    None); inputs gains the base's files."""
     base, problem, base_found = summaries([args.diff])
     if len({files.kind(p) for p in found.files + base_found.files}) > 1:
         raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds others")
@@ -389,7 +349,10 @@ def compare_with_base(
     sides = [[s.summary for s in side] for side in (base, done)]
     if problem := problem or compare.find_unfit_base(sides[0]):
         return UNSET, f"--diff {args.diff[:200]}: {problem}"
-    ab = interleaved(args.paths, args.diff)
+    # The two sides of one make ab run: its now and base folders, beside the order it ran them.
+    ab_run, paths = Path(args.diff).resolve().parent, args.paths
+    ab = len(paths) == 1 and Path(paths[0]).resolve().parent == ab_run
+    ab = ab and (ab_run / "order").is_file()
     if refused := compare.find_refusal(*sides, ab, args.any_device):
         raise Refused(f"--diff {args.diff[:200]}: {refused}")
     given = {k: getattr(args, k) for k in compare.Gate._fields}

@@ -1,9 +1,5 @@
-"""The summary's parts, one job a module: reading captures (files), adding a run up (run),
-the views beyond aorta's keys (views), the comparison of runs (compare), the records that
-summary.json holds (records), the text tables (text), the page (page); and the run's
-recipe (recipe) and plan (plan), which profile_run.py drives. docs/summary.md and
-docs/profiling.md tell each.
-"""
+"""The summary's parts, one job a module (docs/summary.md's table), and the run's recipe and
+plan, which profile_run.py drives (docs/profiling.md)."""
 
 
 class Refused(Exception):

@@ -1,18 +1,12 @@
-"""Did it get better: a run against an earlier one, each row (the GPU time, each kernel,
-each call site) with a verdict weighed against the trials' noise, and a gate for CI that
-agrees with it. Each side is a list of summaries (summary.Summary), one a trial; a row's
-time in a trial is its total ms there. Launches by Triton's autotuner are rows of their
-own, never gated. The rules: docs/summary.md's "Compare" and "The first line and the
-headline". In order: what each side ran; matching rows; the rule; the comparison; whether
-two runs compare at all; what it says."""
+"""Did it get better: a run (a list of summaries, one a trial) against an earlier one, row by
+row, with a verdict weighed against the trials' noise and a gate for CI that agrees with it;
+docs/summary.md's "Compare" and "The first line and the headline" state the rules."""
 
 import heapq
 import itertools
 import math
 import statistics
 from typing import NamedTuple
-
-import msgspec
 
 from summary.records import CallSite, Comparison, Row, Summary
 
@@ -33,8 +27,7 @@ class Gate(NamedTuple):
 
 
 def kernel_times(side: list[Summary]) -> dict:
-    """Each kernel's (record, ms per trial) outside the autotuner; a kernel launched only by
-    the tuner is none."""
+    """Each kernel's (record, ms per trial) outside the autotuner, by name."""
     out = {}
     for i, summary in enumerate(side):
         for k in summary.proton_kernels:
@@ -70,13 +63,8 @@ def frames(site: CallSite) -> list:
 
 
 def kernel_key(name: str) -> str:
-    """A kernel's name without launch_metadata's " [shape dtype]": a kernel whose shape
-    changed is still itself."""
+    """A kernel's name without launch_metadata's " [shape dtype]"."""
     return name[: name.rindex(" [")] if name.endswith("]") and " [" in name else name
-
-
-def shape(name: str) -> str:
-    return name[len(kernel_key(name)) :].strip(" []")
 
 
 def site_key(s: CallSite) -> tuple:
@@ -90,8 +78,7 @@ def lines(site: Site) -> tuple:
 
 
 def matched_kernels(before: dict, after: dict) -> list:
-    """Pairs of (record, ms per trial) of base and now, None where a side lacks it: by name
-    without the shape, the same shape first, then the others in order."""
+    """Pairs of (record, ms per trial) of base and now, None where a side lacks it."""
     groups = {}
     for i, side in enumerate((before, after)):
         for name, entry in sorted(side.items()):
@@ -99,10 +86,7 @@ def matched_kernels(before: dict, after: dict) -> list:
     pairs = []
     for old, new in groups.values():
         pairs += [(old.pop(name), new.pop(name)) for name in list(old) if name in new]
-        rest = [list(old.values()), list(new.values())]
-        pairs += list(zip(*rest, strict=False))  # the rest in order
-        pairs += [(a, None) for a in rest[0][len(rest[1]) :]]
-        pairs += [(None, b) for b in rest[1][len(rest[0]) :]]
+        pairs += itertools.zip_longest(old.values(), new.values())  # the rest in order
     return pairs
 
 
@@ -115,10 +99,8 @@ def distance(x: Site, y: Site) -> tuple:
 
 
 def matched_sites(before: dict, after: dict) -> tuple[list, list]:
-    """Pairs of call sites of base and now (None where a side lacks one), matched on their
-    files and functions, then nearest first (distance), then, as many being left on each
-    side, in the order of their lines (an edit that shifts lines keeps their order); and
-    those still tied."""
+    """Pairs of call sites of base and now (None where a side lacks one), and those tied, by
+    docs/summary.md's "Rows matched by what they are"."""
     groups = {}
     for i, side in enumerate((before, after)):
         for site in side.values():
@@ -266,26 +248,38 @@ def verdict(ln_r: float, low: float | None, high: float | None, d: float) -> str
     return "faster" if high < 1 and ln_r < -d else "inconclusive"
 
 
-def judge(base: list, now: list, m: int, gate: Gate) -> dict:
-    """A row's ratio, interval, verdict, and whether it is a regression, from its ms per
-    trial on each side; m rows judged in all."""
-    ln_r, low, high = interval(base, now, m)
-    found = verdict(ln_r, low, high, math.log1p(gate.band() / 100))
+def judge(base: list | None, now: list | None, m: int, gate: Gate) -> Row:
+    """A row from its ms per trial on each side (None: new or gone): its means, ratio,
+    interval, verdict, and whether it is a regression; m rows judged in all."""
+    means = statistics.fmean(base or [0.0]), statistics.fmean(now or [0.0])
+    sides = {"n_base": len(base or []), "n": len(now or []), "base_times_ms": base, "times_ms": now}
+    row = Row(
+        base_ms=means[0],
+        ms=means[1],
+        **sides,
+        ratio=None,
+        low=None,
+        high=None,
+        verdict="gone" if base else "new",
+        regression=False,
+    )
+    if not (base and now):
+        return row
+    ln_r, row.low, row.high = interval(base, now, m)
+    row.verdict = verdict(ln_r, row.low, row.high, math.log1p(gate.band() / 100))
     if min(len(base), len(now)) > 1 and min(base + now) <= 0:
-        found = "inconclusive"  # a trial it did not run in: no log time
-    edge = ln_r if low is None else math.log(low)
+        row.verdict = "inconclusive"  # a trial it did not run in: no log time
+    edge = ln_r if row.low is None else math.log(row.low)
     past = gate.fail_above is not None and edge > math.log1p(gate.fail_above / 100)
-    means = statistics.fmean(base), statistics.fmean(now)
-    grew = means[1] - means[0] >= gate.min_ms
-    ratio = math.exp(ln_r) if low is not None else means[1] / means[0] if means[0] else None
-    regression = found == "slower" and grew and past
-    return {"ratio": ratio, "low": low, "high": high, "verdict": found, "regression": regression}
+    row.ratio = math.exp(ln_r)
+    if row.low is None:
+        row.ratio = means[1] / means[0] if means[0] else None
+    row.regression = row.verdict == "slower" and means[1] - means[0] >= gate.min_ms and past
+    return row
 
 
 def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False) -> Comparison:
-    """proton_diff: the GPU time (tuning apart), each kernel and each call site, base
-    against now, each with its verdict, the largest change first; the regressions; the
-    first line, which tells the story, and the gate's outcome."""
+    """proton_diff: each row of base against now, the largest change first, and the story."""
     kernels = [kernel_times(side) for side in (base, now)]
     pairs = matched_kernels(*kernels)
     sites, tied = matched_sites(*(site_times(side) for side in (base, now)))
@@ -294,46 +288,33 @@ def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False
         [sum(t[i] for _, t in k.values()) for i in range(len(s))]
         for k, s in zip(kernels, (base, now), strict=True)
     ]
-    rows = [
-        build_row(name_kernel_row(*pair), *(p and p[1] for p in pair), m, gate) for pair in pairs
-    ]
-    site_rows = [
-        build_row(name_site_row(*pair), *(s and s.times for s in pair), m, gate) for pair in sites
-    ]
-    for x, y in tied:
-        what = name_site_row(x, None) if x else name_site_row(None, y)
-        site = build_row(what, x and x.times, y and y.times, m, gate)
-        site_rows.append(msgspec.structs.replace(site, verdict="ambiguous"))
+    rows = [name_kernel_row(judge(*(p and p[1] for p in pair), m, gate), *pair) for pair in pairs]
+    site_rows = [name_site_row(judge(*(s and s.times for s in p), m, gate), *p) for p in sites]
+    for pair in tied:
+        site_rows.append(name_site_row(judge(*(s and s.times for s in pair), m, gate), *pair))
+        site_rows[-1].verdict = "ambiguous"
     one_run, differ = min(len(base), len(now)) == 1, find_device_difference(base, now)
     caveats = ["not interleaved"] * (not interleaved) + [ONE_RUN] * one_run
     caveats += [f"{differ} (--any-device)"] if differ else []
-    total = build_row({"name": "GPU time", "readable_name": "GPU time"}, *totals, m, gate)
-    method = "one run" if one_run else "welch log bonferroni"
-    out = Comparison(base=name, interleaved=interleaved, alpha=ALPHA, rows_judged=m)
-    out = msgspec.structs.replace(out, method=method, **gate._asdict(), total=total)
-    out.kernels, out.callsites = sort_by_change(rows), sort_by_change(site_rows)
-    out.caveats, out.devices_differ = caveats, bool(differ)
-    out.base_provenance = base[0].proton_provenance or None  # now's is the summary's own
+    total = judge(*totals, m, gate)
+    total.name = total.readable_name = "GPU time"
+    out = Comparison(
+        **gate._asdict(),
+        base=name,
+        interleaved=interleaved,
+        alpha=ALPHA,
+        rows_judged=m,
+        method="one run" if one_run else "welch log bonferroni",
+        total=total,
+        kernels=sort_by_change(rows),
+        callsites=sort_by_change(site_rows),
+        caveats=caveats,
+        devices_differ=bool(differ),
+        base_provenance=base[0].proton_provenance or None,  # now's is the summary's own
+    )
     out.regressions = [r.label() for r in select_rows(out, lambda r: r.regression)]
     out.first_line, out.gate = write_first_line(out, gate), write_gate_lines(out)
     return out
-
-
-def build_row(what: dict, base: list | None, now: list | None, m: int, gate: Gate) -> Row:
-    """A row: its mean ms and trials on each side, and its verdict; new or gone where a
-    side lacks it."""
-    means = {"base_ms": statistics.fmean(base or [0.0]), "ms": statistics.fmean(now or [0.0])}
-    what = dict(what)
-    tuning = what.pop("tuning", False)
-    out = {**what, **means, "n_base": len(base or []), "n": len(now or [])}
-    out.update(base_times_ms=base, times_ms=now)
-    if not (base and now):
-        found = {"ratio": None, "low": None, "high": None, "verdict": "gone" if base else "new"}
-        return Row(**out, **found, regression=False)
-    out.update(judge(base, now, m, gate))
-    if tuning:
-        out.update(tuning=True, regression=False)  # the tuner's own time: never gated
-    return Row(**out)
 
 
 def sort_by_change(rows: list) -> list:
@@ -346,46 +327,46 @@ def select_rows(d: Comparison, keep: callable) -> list:
     return (rows + [d.total]) if keep(d.total) else rows
 
 
-def name_kernel_row(before: tuple | None, after: tuple | None) -> dict:
-    """A kernel's names ((record, times) of each side); where its shape changed, both:
-    `k [4096x1024 -> 4096x2048]`."""
-    out = {}
+def name_kernel_row(row: Row, before: tuple | None, after: tuple | None) -> Row:
+    """row with its kernel's names ((record, times) of each side); where its shape changed,
+    both: `k [4096x1024 -> 4096x2048]`."""
     for key in ("name", "readable_name"):
         old, new = (side and getattr(side[0], key) for side in (before, after))
-        if old is None or new is None or old == new:
-            out[key] = new or old
-        else:
-            out[key] = f"{kernel_key(new)} [{shape(old)} -> {shape(new)}]"
-    return out
+        if old is not None and new is not None and old != new:
+            shapes = (x[len(kernel_key(x)) :].strip(" []") for x in (old, new))
+            new = f"{kernel_key(new)} [{' -> '.join(shapes)}]"
+        setattr(row, key, new or old)
+    return row
 
 
-def name_site_row(old: Site | None, new: Site | None) -> dict:
-    """A call site as now shown, each line an edit moved shown as old->new."""
+def name_site_row(row: Row, old: Site | None, new: Site | None) -> Row:
+    """row with its call site as now shown, each line an edit moved shown as old->new; the
+    tuner's own time never gated."""
     site = (new or old).site
-    text = " > ".join(site.frame_texts(lines(old) if old and new else ()))
-    return {"callsite": text, "tuning": site.autotuning}
-
-
-def name_device(side: list) -> str | None:
-    """What a run ran on: its captures' device models (the H100 and H200 differ in the bus)."""
-    models = {
-        f"{d.get('type')} {d.get('arch')} ({d.get('sm_count')} SMs, "
-        f"{d.get('memory_bus_bits')}-bit memory bus)"
-        for d in side[0].proton_device or []
-    }
-    return ", ".join(sorted(models)) or None
+    row.callsite = " > ".join(site.frame_texts(lines(old) if old and new else ()))
+    row.tuning = site.autotuning
+    row.regression &= not site.autotuning
+    return row
 
 
 def find_device_difference(base: list, now: list) -> str | None:
-    """Where base and now ran on different device models, both named; else None."""
-    was, is_ = name_device(base), name_device(now)
+    """Where base and now ran on different device models (the H100 and H200 differ in the
+    bus), both named; else None."""
+    models = [
+        {
+            f"{d.get('type')} {d.get('arch')} ({d.get('sm_count')} SMs, "
+            f"{d.get('memory_bus_bits')}-bit memory bus)"
+            for d in side[0].proton_device or []
+        }
+        for side in (base, now)
+    ]
+    was, is_ = (", ".join(sorted(m)) for m in models)
     return f"devices differ: {was} against {is_}" if was and is_ and was != is_ else None
 
 
 def find_refusal(base: list, now: list, interleaved: bool, any_device: bool) -> str | None:
-    """Why base and now cannot be compared: other numbers of ranks (summed, they would
-    read as a change), other devices (unless any_device), or, where they were not
-    interleaved, nothing in common; else None."""
+    """Why base and now cannot be compared (ranks or devices differ, or, not interleaved,
+    nothing in common), else None."""
     counts = [{len(s.proton_ranks or [0]) for s in side} for side in (base, now)]  # 1: no ranks
     if len(counts[0] | counts[1]) > 1:
         was, is_ = ("/".join(map(str, sorted(c))) for c in counts)
@@ -401,8 +382,7 @@ def find_refusal(base: list, now: list, interleaved: bool, any_device: bool) -> 
 
 
 def find_unfit_base(base: list) -> str | None:
-    """Why base's summaries cannot be compared with: a capture not read (a comparison with
-    part of a run would mislead), or no timed kernel; else None."""
+    """Why base cannot be compared with (a capture not read, no timed kernel), else None."""
     unread = [u for s in base for u in s.proton_unread or [] if "same_as" not in u]
     if unread:
         return f"not every capture was read ({unread[0]['file']}: {unread[0]['why']})"
@@ -410,9 +390,7 @@ def find_unfit_base(base: list) -> str | None:
 
 
 def write_first_line(d: Comparison, gate: Gate) -> str:
-    """The first line: the largest regression, else the judged change that adds or removes
-    the most ms, else that none changed; the new or gone kernel that moves the GPU time
-    most; the rows left inconclusive; the caveats (docs/summary.md's rules)."""
+    """The first line, by docs/summary.md's "The first line and the headline"."""
     pct = gate.fail_above
     if regressions := select_rows(d, lambda r: r.regression):
         more = f" ({len(regressions)} regressions)" if len(regressions) > 1 else ""
@@ -441,8 +419,7 @@ def describe(row: Row) -> str:
 
 
 def write_gate_lines(d: Comparison) -> list[str]:
-    """The gate's outcome in a line (none, passed, or how many rows failed it: exit 3),
-    then one line for each regression, as stderr says them."""
+    """The gate's outcome in a line, then each regression as stderr says it."""
     pct, tail = d.fail_above, "".join(f"; {c}" for c in d.caveats)
     if not d.regressions:
         return ["Gate: none." if pct is None else f"Gate: passed --fail-above {pct:g}."]

@@ -1,12 +1,5 @@
-"""Proton's capture files, in and out: finding them under the paths given, decoding them,
-and writing what is made of them without ever losing a file.
-
-Captures are NAME.hatchet (a tree, JSON), NAME.hatchet_msgpack (the same in MessagePack)
-and NAME.chrome_trace (a trace), any gzipped; the phases of periodic flushing are
-NAME.part_<N>.<format>; under a launcher each rank writes NAME.rank<R>.<format>. A run of
-trials keeps each trial's captures in a folder trial<K>, and a run says what made it in its
-provenance.json. docs/summary.md says which inputs these tools are built for.
-"""
+"""Proton's capture files, in and out: finding them under the paths given (docs/summary.md's
+"The command line" names them), decoding them, and writing outputs without losing a file."""
 
 import gzip
 import json
@@ -39,9 +32,8 @@ def format_path(path: object) -> str:
 
 @dataclass
 class Found:
-    """What the paths given hold, each file once: the captures, sorted; what was skipped
-    ({"file", "why"}, "same_as" naming the file read where it is another name or a gzip
-    copy of it); provenance files; a run of trials' folders and captures (none: unfinished)."""
+    """What the paths given hold, each file once: the captures, sorted; what was skipped (as
+    proton_unread's entries); provenance files; a run of trials' folders and captures."""
 
     files: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
@@ -79,8 +71,7 @@ def find(paths: list[str]) -> Found:
 
 
 def search(found: Found, folder: Path, top: bool = False) -> None:
-    """Adds the captures in folder and below; at the top, trial<K> folders are a run's
-    trials, numbered 1 to N."""
+    """Adds the captures in folder and below; at the top, trial<K> folders are trials."""
     trials = {}
     for entry in listed(found, folder, top):
         before = len(found.files)
@@ -94,8 +85,7 @@ def search(found: Found, folder: Path, top: bool = False) -> None:
 
 
 def listed(found: Found, folder: Path, top: bool) -> list:
-    """folder's entries by name; none for a folder reached again through a link, or one
-    that cannot be listed (named; refused where the user named it)."""
+    """folder's entries by name; none for one reached again, or that cannot be listed."""
     if (real := os.path.realpath(folder)) in found.seen:
         return []
     found.seen[real] = folder
@@ -173,9 +163,8 @@ def load(path: Path) -> object:
 
 
 def decode(text: str, deep: bool) -> object:
-    """JSON text: its documents joined where there are several (Proton writes one for each
-    stream a CUDA graph used); deep, by the pure-Python decoder, which Python 3.11+ runs
-    off the C stack, for a recursion's tree nested deeper than the C decoders go."""
+    """JSON text, its documents joined where there are several (one for each stream a CUDA
+    graph used); deep: by the pure-Python decoder, off the C stack in Python 3.11+."""
     decoder, at, docs, limit = json.JSONDecoder(), 0, [], sys.getrecursionlimit()
     if deep:
         decoder.scan_once = json.scanner.py_make_scanner(decoder)
@@ -229,9 +218,8 @@ def record_of(path: Path, records: dict) -> dict | None:
 
 
 def write_output(path: str | Path, data: bytes | str, inputs: set = frozenset()) -> None:
-    """Writes data to path: a regular file (or none yet) replaced atomically, with the mode
-    the umask gives a new file; a link written through; a device or pipe written directly.
-    Refuses any of inputs (real paths), and a path that names no file."""
+    """Writes data to path as docs/summary.md's -o says; refuses any of inputs (real paths)
+    and a path that names no file."""
     data = data if isinstance(data, bytes) else data.encode("utf-8", "backslashreplace")
     path = os.fspath(path)
     if not path or path.endswith("/") or os.path.isdir(path):
@@ -260,7 +248,7 @@ def write_output(path: str | Path, data: bytes | str, inputs: set = frozenset())
 
 def emit(data: bytes, status: int) -> int:
     """Writes data to stdout and returns status; OSError where stdout cannot take it
-    (closed, full), which then takes nothing more, not even at exit."""
+    (closed, full), which then takes nothing more."""
     try:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()

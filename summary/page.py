@@ -1,13 +1,5 @@
-"""One self-contained HTML page of a run's summary (summary.json's object, whose keys
-docs/summary.md describes): the headline and the gate's outcome, aorta's five keys, the
-device and provenance, then a figure for each view the summary holds. Each figure is a
-plain dict in plotly.js's JSON figure schema ({"data": [traces], "layout": {...}}), which
-plotly.io writes with plotly.js inline, so that the page opens offline and fetches nothing.
-
-Only the summary's keys are read, each view where it is present, so that the page shows
-exactly what summary.json says. parse_hatchet.py imports this module only when a page is
-asked for, so that plotly loads only then.
-"""
+"""One self-contained HTML page of a summary's records, each figure a plain dict in plotly.js's
+JSON schema written with plotly.js inline (docs/summary.md's "The page" says what it shows)."""
 
 import html
 import zlib
@@ -17,7 +9,7 @@ import plotly.io as pio
 from msgspec import UNSET
 from plotly.colors import make_colorscale, sequential
 
-from summary.records import Kernel, Row, Summary, known
+from summary.records import Row, Summary, known
 from summary.text import rank_notes
 
 AORTA_KEYS = ("proton_kernel_count", "proton_gpu_time_ms", "proton_top_kernel_ms")
@@ -54,7 +46,7 @@ p.caption { color: #444; font-size: .9em } p.caption, p.gate { margin: .2em 0 }"
 
 
 class Figure(NamedTuple):
-    """A view's figure on the page: its element's id, heading, the lines said under it."""
+    """A view's figure: its element's id, heading, the lines said under it."""
 
     key: str
     title: str
@@ -80,7 +72,7 @@ def height(rows: int) -> int:
     return MARGIN_PX + ROW_PX * max(rows, 3)
 
 
-def count_rest(rows: list, drawn: int, what: str) -> list[str]:
+def count_rest(rows: list, drawn: int, what: str) -> list[str]:  # a caption's last line
     return [f"and {len(rows) - drawn} more {what} in summary.json"] if len(rows) > drawn else []
 
 
@@ -91,13 +83,12 @@ def rows_axis(labels: list[str]) -> dict:
 
 
 def figure(data: list[dict], px: int, *, yaxis: dict | None = None, **layout: object) -> dict:
-    """plotly's figure of the traces data, px high, its y axis as wide as its labels need."""
+    """plotly's figure of data, px high, its y axis as wide as its labels need."""
     yaxis = {**(yaxis or {}), "automargin": True}
     return {"data": data, "layout": {"height": px, "margin": MARGIN, "yaxis": yaxis, **layout}}
 
 
-def bar(x: list, **attributes: object) -> dict:
-    """A trace of horizontal bars, one a row from the top."""
+def bar(x: list, **attributes: object) -> dict:  # horizontal, one a row from the top
     return {"type": "bar", "orientation": "h", "x": x, "y": list(range(len(x))), **attributes}
 
 
@@ -139,28 +130,24 @@ def draw_top(summary: Summary) -> list[str]:
     return [*parts, f'<table id="facts">{"".join(cells)}</table>']
 
 
-def kernel_words(k: Kernel) -> str:
-    """A kernel bar's words: its launches (the tuner's apart), mean and GB/s where recorded."""
-    launches = "?" if k.launches is None else k.launches - k.tuning_launches
-    words = [f"{launches} launch{'' if launches == 1 else 'es'}"]
-    words[0] += f" + {k.tuning_launches} tuning" if k.tuning_launches else ""
-    if k.mean_us is not None:
-        words.append(f"mean {k.mean_us:.2f} us")
-    if k.gbyte_per_s not in (None, UNSET):
-        words.append(f"{k.gbyte_per_s:.0f} GB/s")
-    return ", ".join(words)
-
-
 def draw_kernels(summary: Summary) -> Figure | None:
-    """Each kernel's share of GPU time (tuning launches apart) beside its percent of the
-    device's nominal peak bandwidth, and of a measured ceiling where the run has one."""
+    """Each kernel's share of GPU time (tuning launches apart) beside its percent of peak."""
     rows = summary.proton_kernels
     if not (drawn := rows[:TOP]):
         return None
     total = sum(k.total_ms for k in rows) or 1.0
     tuning = [k.tuning_ms / total for k in drawn]
     own = [k.total_ms / total - t for k, t in zip(drawn, tuning, strict=True)]
-    words = [text(kernel_words(k)) for k in drawn]
+    words = []  # launches (the tuner's apart), mean and GB/s where recorded
+    for k in drawn:
+        n = "?" if k.launches is None else k.launches - k.tuning_launches
+        tuned = f" + {k.tuning_launches} tuning" if k.tuning_launches else ""
+        said = [f"{n} launch{'' if n == 1 else 'es'}{tuned}"]
+        if k.mean_us is not None:
+            said.append(f"mean {k.mean_us:.2f} us")
+        if known(k.gbyte_per_s) is not None:
+            said.append(f"{k.gbyte_per_s:.0f} GB/s")
+        words.append(text(", ".join(said)))
     tuner = {"name": "autotuning launches (Triton's tuner timing its configs)", "text": words}
     tuner.update(marker={"color": PALE}, textposition="outside", showlegend=any(tuning))
     hover = {"customdata": [text(k.readable_name) for k in drawn]}
@@ -181,9 +168,8 @@ def draw_kernels(summary: Summary) -> Figure | None:
 
 
 def peak_panel(drawn: list, share: dict) -> tuple[list[dict], dict]:
-    """Beside the kernels' share of GPU time (share: its x axis), a panel of their percent of
-    the nominal peak, and of the measured ceiling where the run has one (L2-resident where the
-    run found the kernel's bytes served from L2): its bars, and the layout of both x axes."""
+    """A panel of the kernels' percent of the nominal peak and of the measured ceiling, beside
+    their share of GPU time (share: its x axis): its bars, and the layout of both x axes."""
     peak = [known(k.pct_of_peak_bw) for k in drawn]
     if all(p is None for p in peak):
         return [], {"xaxis": share}
@@ -202,15 +188,8 @@ def peak_panel(drawn: list, share: dict) -> tuple[list[dict], dict]:
     return bars, {"xaxis": {**share, "domain": share_at}, "xaxis2": xaxis2, "annotations": titles}
 
 
-def flame_colour(function: str) -> str:
-    """A frame's colour as flame graphs draw them: warm, the same for the same function."""
-    hue = zlib.crc32(function.encode()) % 50
-    return f"hsl({hue}, 80%, {58 + hue % 3 * 6}%)"
-
-
 def draw_callsites(summary: Summary) -> Figure | None:
-    """The call sites as an icicle (a flame graph root up): each frame of the user's,
-    then the kernels it launched, as wide as their GPU time; the source line on hover."""
+    """The call sites as an icicle (a flame graph root up) of the folded stacks."""
     if not (sites := summary.proton_callsites):
         return None
     # id (a node's path from the root; a kernel's holds a NUL, which no frame does) ->
@@ -221,7 +200,8 @@ def draw_callsites(summary: Summary) -> Figure | None:
         functions = [""] * (len(texts) - len(site.frames)) + [f.function for f in site.frames]
         for frame, function in zip(texts, functions, strict=True):
             node = f"{parent}\n{frame}"  # a node's id: its path from the root
-            colour = flame_colour(function)
+            hue = zlib.crc32(function.encode()) % 50  # warm, the same for the same function
+            colour = f"hsl({hue}, 80%, {58 + hue % 3 * 6}%)"
             nodes.setdefault(node, [shorten(frame), parent, text(frame), 0.0, colour])
             parent = node
         source = text(site.source or "(no source line here)")
@@ -255,8 +235,7 @@ def site_label(entry: dict) -> str:
 
 
 def draw_timeline(summary: Summary) -> Figure | None:
-    """Each call site's launches over its span as a strip of bins, a bin's colour the
-    share of it in which the site's kernels ran: the idle gaps are the pale bins."""
+    """Each call site's launches over its span as a strip of bins coloured by how busy."""
     entries = [e for e in summary.proton_timeline or [] if e.get("busy_by_bin")]
     if not (drawn := entries[:SITES]):
         return None
@@ -332,8 +311,7 @@ def points(at: int, times: list | None, mean: float | None, base: bool) -> list[
 
 
 def ratio_marker(at: int, row: Row) -> dict:
-    """A row's ratio, now over the base, with its interval (its ratio alone where it has
-    none: one run a side), coloured by its verdict."""
+    """A row's ratio with its interval (where it has one), coloured by its verdict."""
     r = row.ratio
     low, high = (r, r) if row.low is None else (row.low, row.high)
     marker = {**DIAMOND, "color": VERDICT_COLOURS.get(row.verdict, "#9467bd")}
@@ -342,8 +320,7 @@ def ratio_marker(at: int, row: Row) -> dict:
 
 
 def draw_comparison(summary: Summary) -> Figure | None:
-    """Each compared row: its trials as points over the base's mean, its ratio with the
-    interval it was judged by, coloured by the verdict."""
+    """Each compared row: its trials as points, its ratio and interval by its verdict."""
     if not (diff := summary.proton_diff):
         return None
     rows = [diff.total, *diff.kernels[:TOP], *diff.callsites[:TOP]]  # GPU time first
@@ -375,15 +352,8 @@ def draw_trials(summary: Summary) -> Figure | None:
     return Figure("trials", f"Trials: each kernel's time in each of {runs.n}", [], fig)
 
 
-VIEWS = (
-    draw_kernels,
-    draw_callsites,
-    draw_comparison,
-    draw_trials,
-    draw_timeline,
-    draw_ranks,
-    draw_scopes,
-)
+VIEWS = (draw_kernels, draw_callsites, draw_comparison, draw_trials, draw_timeline, draw_ranks)
+VIEWS += (draw_scopes,)
 
 
 def page(summary: Summary) -> str:

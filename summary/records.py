@@ -1,8 +1,5 @@
-"""The summary's records, which summary.json holds and every part reads: a run's summary,
-its kernels, call sites, trials and comparison rows (docs/summary.md names each key).
-parse_hatchet.py assembles them from summary/run.py (adding a run up), views.py and
-compare.py; page.py draws them. A key absent from summary.json is UNSET here.
-"""
+"""The records summary.json holds (docs/summary.md names each key), written by to_json and
+read back by from_json; a key absent from summary.json is UNSET here."""
 
 import json
 
@@ -12,8 +9,7 @@ from msgspec import UNSET, UnsetType
 CAPTURED_NOTE = " [a CUDA graph captured here, replayed at {}]"
 
 
-def known(value: object) -> object:
-    """value, None where summary.json has no such key."""
+def known(value: object) -> object:  # None where summary.json has no such key
     return None if value is UNSET else value
 
 
@@ -22,8 +18,7 @@ class Record(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class Frame(msgspec.Struct, array_like=True, frozen=True):
-    """A frame of the user's: [file, line, function, repeats] in summary.json, its file by
-    the shortest trailing part of its path no other file of the run shares."""
+    """A frame of the user's, [file, line, function, repeats] in summary.json."""
 
     file: str
     line: int
@@ -31,15 +26,12 @@ class Frame(msgspec.Struct, array_like=True, frozen=True):
     repeats: int = 1  # a recursion's frame repeated this many times
 
     def text(self, line_before: int | None = None) -> str:
-        """file:line function, a recursion's (xN) after it; line_before, where an edit
-        moved the line: file:before->line."""
+        """file:line function (xN); line_before, where an edit moved it: file:before->line."""
         line = self.line if line_before in (None, self.line) else f"{line_before}->{self.line}"
         return f"{self.file}:{line} {self.function}" + f" (x{self.repeats})" * (self.repeats > 1)
 
 
-class SiteKernel(Record, kw_only=True):
-    """A kernel a call site launched."""
-
+class SiteKernel(Record, kw_only=True):  # a kernel a call site launched
     name: str
     readable_name: str = ""
     launches: int | None
@@ -47,8 +39,7 @@ class SiteKernel(Record, kw_only=True):
 
 
 class CallSite(Record, kw_only=True):
-    """A chain of the user's frames that launched GPU work, outermost first; callsite is
-    the text of frame_texts(), made once with the record."""
+    """A chain of the user's frames that launched GPU work; callsite: frame_texts() joined."""
 
     callsite: str
     source: str | None
@@ -61,7 +52,7 @@ class CallSite(Record, kw_only=True):
 
     def frame_texts(self, lines_before: tuple = ()) -> list[str]:
         """Each frame as text, outermost first, the notes on the innermost; lines_before:
-        each frame's line before an edit (the replay site's after the frames')."""
+        each frame's line before an edit (the replay site's after)."""
         before = iter(lines_before)
         texts = [f"[{self.outer_frames} outer frames]"] * bool(self.outer_frames)
         texts += [f.text(next(before, None)) for f in self.frames] or [""]
@@ -100,9 +91,7 @@ class Kernel(Record, kw_only=True):
     max_us: float | UnsetType = UNSET
 
 
-class Spread(Record, kw_only=True):
-    """A kernel's time in each trial of a run, and their spread."""
-
+class Spread(Record, kw_only=True):  # a kernel's time in each trial of a run
     name: str
     readable_name: str = ""
     mean_ms: float
@@ -112,16 +101,12 @@ class Spread(Record, kw_only=True):
     times_ms: list[float]
 
 
-class Trials(Record, kw_only=True):
-    """A run of trials: how many, and each kernel's spread, the largest first."""
-
+class Trials(Record, kw_only=True):  # each kernel's spread, the largest first
     n: int
     kernels: list[Spread]
 
 
-class Row(Record, kw_only=True):
-    """A compared row (the GPU time, a kernel or a call site): base and now, and its verdict."""
-
+class Row(Record, kw_only=True):  # the GPU time, a kernel or a call site, compared
     name: str | UnsetType = UNSET
     readable_name: str | UnsetType = UNSET
     callsite: str | UnsetType = UNSET  # now's, each line an edit moved as old->new
@@ -142,9 +127,7 @@ class Row(Record, kw_only=True):
         return self.readable_name or self.callsite or ""
 
 
-class Comparison(Record, kw_only=True, omit_defaults=False):
-    """proton_diff: a run against its base, row by row, and what the gate made of it."""
-
+class Comparison(Record, kw_only=True, omit_defaults=False):  # proton_diff
     base: str
     interleaved: bool
     alpha: float
@@ -165,8 +148,7 @@ class Comparison(Record, kw_only=True, omit_defaults=False):
 
 
 class Summary(Record, kw_only=True, omit_defaults=False):
-    """summary.json: aorta's five keys, then each kernel and call site, the views, a run of
-    trials' spread, the comparison and the headline, where the run has them."""
+    """summary.json, its keys in the order written."""
 
     proton_artifact_dir: str
     proton_kernel_count: int | UnsetType = UNSET
@@ -192,8 +174,7 @@ class Summary(Record, kw_only=True, omit_defaults=False):
 
 
 def to_json(summary: Summary) -> bytes:
-    """summary.json's text: one key a line (indenting every level would cost a large
-    capture's output more than encoding it)."""
+    """summary.json's text, one key a line (indenting every level costs more than encoding)."""
     keys = msgspec.structs.asdict(summary)
     keys = {
         k: v

@@ -1,18 +1,7 @@
-"""What one run's Proton captures add up to: aorta's five keys, each kernel by name, each
-call site by its chain of the user's frames, and what the views need. It reads decoded
-captures (files.py decodes them) and imports nothing else of this repository: copy it alone.
-
-aorta's rule (ROCm aorta's Proton collector, to the letter): only leaves count. A leaf's
-time is its first metric `time (<ns|us|ms|s>)` that holds a finite number >= 0 (a numeric
-string read through float()); a leaf with none is no kernel, nor (a rule of ours) is ROOT.
-Times and launches (`count`) add up by kernel name, across call paths and files. The keys:
-
-    proton_kernel_count   launches, summed; left out when any kernel's count is unreadable
-    proton_gpu_time_ms    the kernels' times, summed
-    proton_top_kernel_ms  the largest kernel's time
-    proton_top_kernels    up to five names by time, ties in the order first seen
-    proton_artifact_dir   the folder of the captures (the caller's to fill)
-"""
+"""What one run's decoded Proton captures add up to: aorta's five keys by aorta's rule
+(docs/summary.md's "aorta's five keys"), each kernel by name, each call site by its chain of
+the user's frames, and what the views need. It imports nothing else of this repository:
+copy it alone."""
 
 import functools
 import math
@@ -82,7 +71,7 @@ def layout(keys: tuple) -> tuple[list, list, list]:
     return times, cpu, [key for key in keys if key in ROOFLINE]
 
 
-def first_ms(metrics: dict, times: list) -> float | None:
+def first_ms(metrics: dict, times: list) -> float | None:  # aorta's: the first usable
     for key, factor in times:
         if (value := number(metrics[key])) is not None and value * factor < math.inf:
             return value * factor
@@ -186,9 +175,8 @@ def walk_tree(roots: list, capture: Capture) -> None:
 
 
 def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
-    """Adds a trace's kernel events, each a launch of one, and returns them as (start us,
-    end us, chain, name); and apart, the instrumentation backend's events (their clock's
-    frequency given), scopes left to the views."""
+    """Adds a trace's kernel events, each one launch, and returns them as (start us, end us,
+    chain, name); and apart, the instrumentation backend's events, left to the views."""
     launches, scoped, by_stack = [], [], {}  # by_stack: a call stack met again is looked up
     for e in events:
         args = e.get("args", {})
@@ -213,8 +201,8 @@ def walk_trace(events: list, capture: Capture) -> tuple[list, list]:
 @functools.cache
 def frame_of(name: str) -> tuple | bool | None:
     """A node's name, "file:line@function", as (file, line, function) for a frame of the
-    user's; the autotuner's benchmarking as AUTOTUNED; False for another frame (Python's,
-    Triton's, torch's, proton_launch.py's, Proton's hook's); None for no frame (a kernel)."""
+    user's; AUTOTUNED for the autotuner's benchmarking; False for a library's frame; None
+    for no frame (a kernel)."""
     head, at, func = name.rpartition("@")
     file, colon, line = head.rpartition(":")
     if not (at and colon and line.isdecimal()):
@@ -239,9 +227,8 @@ class Chains:
         self.python = False  # whether any node was a python frame (context python)
 
     def step(self, chain: int, name: str) -> tuple[int, bool]:
-        """The chain with the node named name below it, and whether that is a frame; a
-        <captured_at> node is a link of its own: above it, where a CUDA graph was replayed,
-        below it, where it was captured (Proton 3.8+)."""
+        """The chain with the node named name below it, and whether that is a frame (a
+        <captured_at> node is a link: above it a CUDA graph's replay, below its capture)."""
         frame = frame_of(name) if name != CAPTURED_AT else CAPTURED
         if not frame:
             self.python |= frame is False
@@ -266,8 +253,8 @@ class Chains:
 
 
 def short_names(files: set) -> dict:
-    """Each file's shortest trailing part of its path that no other file shares. Sorted by
-    reversed path, a path shares the most with a neighbour: one sort and one pass."""
+    """Each file's shortest trailing part of its path no other shares: sorted by reversed
+    path, a path shares the most with a neighbour."""
     ordered = sorted((file.split("/")[::-1], file) for file in files)
     names = {}
     for i, (parts, file) in enumerate(ordered):
@@ -278,9 +265,8 @@ def short_names(files: set) -> dict:
 
 
 def demangle(name: str) -> str:
-    """A name as a table shows it: a C++ name demangled, without its return type and
-    parameters, its template arguments nested deeper than two levels (all, if still
-    long) shortened to <…>; any other name as it is."""
+    """A kernel's readable name (docs/summary.md's proton_kernels): a C++ name demangled,
+    without return type and parameters, deep template arguments elided; any other as is."""
     import cxxfilt
 
     try:
@@ -322,8 +308,7 @@ def proton_specs() -> dict:
 
 
 def peak(spec: str, *args: object) -> float | None:
-    """A device's nominal peak by the installed Proton's specs, as proton-viewer's: spec
-    max_bps gives bytes/s, max_flops FLOP/s; None where the specs do not know it."""
+    """A nominal peak by Proton's specs (max_bps: bytes/s, max_flops: FLOP/s), or None."""
     try:
         return number(proton_specs()[spec](*args)) or None
     except Exception:  # no Triton here, or a device or field the specs do not know
@@ -353,15 +338,14 @@ def read_devices(records: list) -> dict:
     return out
 
 
-def epoch_ns(trace: dict) -> int | None:
-    """Where a trace's clock starts, ns since the epoch, where it says."""
+def epoch_ns(trace: dict) -> int | None:  # where a trace's clock starts, if it says
     base = trace.get("baseTimeNanoseconds")
     return base if type(base) is int else None
 
 
 @dataclass
 class Run:
-    """One run's captures as added: what they add up to, and what the views need."""
+    """One run's captures as added."""
 
     capture: Capture = field(default_factory=Capture)
     read: list = field(default_factory=list)

@@ -1,6 +1,4 @@
-"""The summary as a terminal reads it, as a CI job's step summary does and as flame graph
-tools do: aligned text tables, Markdown and folded stacks, drawn from the records
-(summary.Summary) as they are, names escaped."""
+"""The summary's records as aligned text tables, Markdown and folded stacks, names escaped."""
 
 import math
 import os
@@ -38,9 +36,8 @@ def table(summary: Summary, top: int) -> str:
 
 
 def folded_stacks(summary: Summary) -> str:
-    """Folded stacks, `frame;frame;kernel <ns>`, as flamegraph.pl and speedscope read them, a
-    ';' in a name escaped: each call site's kernels under its frames, then each kernel's
-    time at no call site of the user's (the shadow context's) alone."""
+    """Folded stacks (docs/summary.md's --folded): each call site's kernels under its frames,
+    then each kernel's time at no call site of the user's alone."""
     stacks, at_sites = [], {}
     for site in summary.proton_callsites:
         for k in site.kernels:
@@ -55,8 +52,7 @@ def folded_stacks(summary: Summary) -> str:
     )
 
 
-def kernels_table(summary: Summary, top: int) -> list:
-    """The kernels, the largest first, with the columns of rates and spreads recorded."""
+def kernels_table(summary: Summary, top: int) -> list:  # with the columns some row has
     rows = summary.proton_kernels[:top]
     value = {key: [known(getattr(k, key)) for k in rows] for key, _, _ in COLUMNS}
     columns = [c for c in COLUMNS if any(v is not None for v in value[c[0]])]
@@ -79,7 +75,6 @@ def kernels_table(summary: Summary, top: int) -> list:
 
 
 def callsites_table(summary: Summary, top: int) -> list:
-    """Each call site, with the line that launched, and its kernels."""
     lines = [f"{'ms':>10} {'launches':>8}  call site > kernel"]
     for site in summary.proton_callsites[:top]:
         source = f"  {site.source}" if site.source else ""
@@ -91,7 +86,6 @@ def callsites_table(summary: Summary, top: int) -> list:
 
 
 def comparison_table(summary: Summary, top: int) -> list:
-    """The first line, then base and now of the GPU time, each kernel and call site."""
     if not (d := summary.proton_diff):
         return []
     how = "ratios now/base" if d.method == "one run" else "simultaneous 95% intervals"
@@ -111,7 +105,6 @@ def comparison_table(summary: Summary, top: int) -> list:
 
 
 def trials_table(summary: Summary, top: int) -> list:
-    """A run of trials' spread: each kernel's ms in each trial, across them."""
     if not (t := summary.proton_trials):
         return []
     lines = [f"{t.n} trials: each kernel's ms in each, across them"]
@@ -125,14 +118,12 @@ def trials_table(summary: Summary, top: int) -> list:
     return lines
 
 
-def across(d: Comparison) -> str:
-    """What every line says of a comparison across devices."""
+def across(d: Comparison) -> str:  # what every line says of a comparison across devices
     return " (devices differ)" if d.devices_differ else ""
 
 
 def markdown(d: Comparison) -> str:
-    """The comparison for a CI job's step summary or a pull request's comment: the first
-    line, each judged row with its interval, and the gate's outcome."""
+    """The comparison for a CI job's step summary: the first line, each judged row, the gate."""
 
     def cell(text: str) -> str:
         return printable(text).replace("|", "\\|")
@@ -152,9 +143,7 @@ def markdown(d: Comparison) -> str:
 
 
 def timeline_table(summary: Summary, top: int) -> list:
-    """Each call site's timeline; then each that looks like a loop held back by the host:
-    every kernel launched 3 times or more, the GPU busy under half of the span, and gaps
-    the size of a launch's host cost (launch_bound)."""
+    """Each call site's timeline, then each launch-bound diagnosis."""
     ranked = any("rank" in e for e in summary.proton_timeline)
     lines = [
         "timeline per call site (busy: the share of the site's span in which any kernel ran; "
@@ -194,7 +183,7 @@ def ranks_table(summary: Summary, top: int) -> list:
 
 
 def rank_notes(summary: Summary) -> list:
-    """The ranks' imbalance and start skew in words, as the table and the page say them."""
+    """The ranks' imbalance and start skew in words, for the table and the page."""
     notes, skew = [], summary.proton_rank_start_skew
     if (imbalance := summary.proton_rank_imbalance) not in (None, UNSET):
         notes.append(f"rank imbalance (the busiest rank's GPU time over the mean): {imbalance:.2f}")

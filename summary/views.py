@@ -1,8 +1,6 @@
-"""The summary's views beyond aorta's keys, kernels and call sites (parse_hatchet.py):
-how good each kernel is (its rates against the device's peak and a measured ceiling, the
-spread of its launches), the timeline of each call site and its launch-bound diagnosis,
-ranks, scopes inside kernels, and a run of trials' spread. Each returns
-what it adds; summary/text.py and page.py draw them."""
+"""The summary's views beyond aorta's keys, kernels and call sites: each kernel's rates and
+spread, timelines and their launch-bound diagnosis, ranks, scopes, a run of trials' spread
+(docs/summary.md's "The other keys and their views" says what each holds)."""
 
 from collections import Counter
 from statistics import fmean, median, quantiles, stdev
@@ -38,14 +36,6 @@ def measure(run: Run, sites: dict) -> dict:
     return out
 
 
-def describe_spread(times: list) -> dict:
-    """mean, min and max ms across trials, and the coefficient of variation (None for one
-    trial, or a mean of 0)."""
-    mean = fmean(times)
-    cv = stdev(times) / mean if len(times) > 1 and mean else None
-    return {"mean_ms": mean, "min_ms": min(times), "max_ms": max(times), "cv": cv}
-
-
 def spread_trials(summaries: list[Summary]) -> Trials:
     """proton_trials: n, and each kernel's time per trial across trials, the largest first."""
     times, names = {}, {}
@@ -53,25 +43,23 @@ def spread_trials(summaries: list[Summary]) -> Trials:
         for k in summary.proton_kernels:
             times.setdefault(k.name, [0.0] * len(summaries))[i] += k.total_ms
             names.setdefault(k.name, k.readable_name)
-    rows = [
-        Spread(name=n, readable_name=names[n], **describe_spread(t), times_ms=t)
-        for n, t in times.items()
-    ]
+    rows = []
+    for name, t in times.items():
+        mean = fmean(t)
+        cv = stdev(t) / mean if len(t) > 1 and mean else None  # none for one trial
+        spread = {"mean_ms": mean, "min_ms": min(t), "max_ms": max(t), "cv": cv, "times_ms": t}
+        rows.append(Spread(name=name, readable_name=names[name], **spread))
     return Trials(n=len(summaries), kernels=sorted(rows, key=lambda r: r.mean_ms, reverse=True))
 
 
-def find_device(k: Launches, devices: dict) -> dict | None:
-    """The device a kernel's launches ran on, or the one model of all of them."""
+def measure_rates(k: Launches, devices: dict, ceilings: list) -> dict:
+    """A kernel's rates (bytes and flops from Proton's launch hook) against the nominal peak
+    and measured ceiling of the device (or the one model) its launches ran on, and from
+    traces the spread of its launches."""
+    seconds, row = k.ms / 1e3, {}
     found = [devices.get(d) for d in k.device_ids]
     model = [{**d, "id": None} if d else None for d in found]
-    return found[0] if found and all(m == model[0] for m in model) else None
-
-
-def measure_rates(k: Launches, devices: dict, ceilings: list) -> dict:
-    """A kernel's rates (bytes and flops from Proton's launch hook) against its device's
-    nominal peak and its measured ceiling, and from traces the spread of its launches."""
-    seconds, row = k.ms / 1e3, {}
-    device = find_device(k, devices)
+    device = found[0] if found and all(m == model[0] for m in model) else None
     if k.bytes:
         rate = row["gbyte_per_s"] = k.bytes / seconds / 1e9 if seconds else None
         nominal = row["peak_gbyte_per_s"] = device and device["peak_gbyte_per_s"]
@@ -92,8 +80,8 @@ def measure_rates(k: Launches, devices: dict, ceilings: list) -> dict:
 def compare_to_ceiling(
     rate: float, launch_bytes: float, device: dict | None, ceilings: list
 ) -> dict:
-    """rate as a share of the copy measured on the device's model (`make ceiling`) at the
-    nearest size at or above a launch's bytes, and whether those bytes fit its L2."""
+    """rate as a share of the copy measured on the device's model at the nearest size at or
+    above a launch's bytes, and whether those bytes fit its L2."""
     keys = ("arch", "sm_count", "memory_bus_bits")  # the H100 and H200 differ in the last
     model = device and tuple(device[key] for key in keys)
     ceiling = next((c for c in ceilings if tuple(c.get(key) for key in keys) == model), None)
@@ -106,8 +94,7 @@ def compare_to_ceiling(
     return {"pct_of_ceiling_bw": rate / size["copy_gbps"], "l2_resident": l2}
 
 
-def peak_flops(device: dict | None, key: str) -> float | None:
-    """A device's nominal peak FLOP/s at a width (flops16: 16 bits), by Proton's specs."""
+def peak_flops(device: dict | None, key: str) -> float | None:  # flops16: at 16 bits
     if not (device and device["clock_mhz"]):
         return None
     width, khz = int(key[5:] or PLAIN_FLOPS_WIDTH), device["clock_mhz"] * 1e3
@@ -130,9 +117,8 @@ def build_timelines(traced: list, sites: dict) -> list:
 
 
 def build_timeline(launches: list, sites: dict) -> list:
-    """Each call site's launches, summed and spanned ms, busy share of its span (streams
-    counted once), median idle time between launches and busy share in each of BINS bins:
-    one sort and one pass, O(n log n) in launches."""
+    """Each call site's launches as a timeline entry (busy: streams counted once): one sort
+    and one pass, O(n log n) in launches."""
     launches.sort()  # (start, end, chain, name), by start
     # Busy time before each launch's start and end: a sweep merging overlapping launches.
     marks, done, start, end = [], 0.0, None, None
@@ -173,8 +159,7 @@ def build_timeline(launches: list, sites: dict) -> list:
 
 def bin_busy(spans: list, width: float) -> list:
     """The share of each of BINS bins of width us, from the first span's start, in which
-    the spans (start, end) ran, a span across bins split between them (overlapping streams
-    add up): each span costs the bins it covers, so all cost launches + BINS x streams."""
+    the spans (start, end) ran (overlapping streams add up)."""
     busy, first = [0.0] * BINS, spans[0][0]
     for start, end in spans:
         at = min(int((start - first) / width), BINS - 1)
@@ -186,8 +171,8 @@ def bin_busy(spans: list, width: float) -> list:
 
 
 def launch_bound(e: dict) -> str | None:
-    """The diagnosis of a timeline entry (a call site's, its rank's where it has one) that
-    looks like a loop held back by the host, in a sentence; None for any other."""
+    """The diagnosis of a timeline entry that looks like a loop held back by the host, in a
+    sentence; None for any other."""
     idle, each = e["median_idle_us"], e["kernel_ms"] * 1e3 / e["launches"]
     loop = e["fewest_launches_of_a_kernel"] >= 3 and e["busy"] < 0.5
     # Gaps shorter than a kernel: the host keeps ahead, and the idle time lies elsewhere.
@@ -203,9 +188,7 @@ def launch_bound(e: dict) -> str | None:
 
 
 def sum_ranks(per_file: list, traced: list) -> dict:
-    """proton_ranks, each rank's sums by rank; proton_rank_imbalance, the busiest rank's GPU
-    time over the mean; from traces, each rank's first start and last end on one clock and
-    proton_rank_start_skew (null where a trace does not say when its clock started)."""
+    """proton_ranks, proton_rank_imbalance and, from traces, proton_rank_start_skew."""
     by_rank = {}
     for rank, path, ms, launches in per_file:
         r = by_rank.setdefault(rank, {"rank": rank, "gpu_time_ms": 0.0, "kernel_count": 0})
@@ -236,8 +219,7 @@ def sum_ranks(per_file: list, traced: list) -> dict:
 
 
 def sum_tree_scopes(scopes: dict) -> list:
-    """Per kernel and scope of an instrumentation tree: cycles, normalized cycles (per CTA
-    and warp) and the scope's share of its kernel's scope cycles, the largest first."""
+    """proton_scopes of an instrumentation tree, the largest first."""
     per_kernel = {}
     for (kernel, _), (cycles, _) in scopes.items():
         per_kernel[kernel] = per_kernel.get(kernel, 0.0) + cycles
@@ -255,9 +237,8 @@ def sum_tree_scopes(scopes: dict) -> list:
 
 
 def sum_trace_scopes(events: list) -> tuple[list, list]:
-    """Per kernel and scope of an instrumentation trace (pid "<kernel> Core<SM> CTA<n>", tid
-    the warp, cycles = dur x MHz): its warp events, their cycles (sum, median, p90) and
-    share; per kernel, how its CTAs spread over the SMs."""
+    """proton_scopes and proton_sm_spread of an instrumentation trace (pid "<kernel> Core<SM>
+    CTA<n>", tid the warp, cycles = dur x MHz)."""
     by_scope, by_sm, repeats = {}, {}, Counter()
     for e in events:
         cycles = (number(e.get("dur")) or 0.0) * (number(e["args"]["Frequency (MHz)"]) or 0.0)

@@ -19,7 +19,7 @@ import pytest
 import parse_hatchet as ph
 from conftest import ROOT, run
 from summary import compare, views
-from summary.records import Summary
+from summary.records import Kernel, Summary
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TREE = FIXTURES / "h200-softmax-python.hatchet"  # make profile of the example, 20 + 1 launches
@@ -187,7 +187,9 @@ def test_trials_report_each_kernel_s_spread_across_them_and_trial1_s_keys(tmp_pa
 
 
 def test_a_single_trial_has_no_cv():
-    assert views.describe_spread([0.5])["cv"] is None
+    kernel = Kernel(name="k", readable_name="k", launches=1, total_ms=0.5, mean_us=500.0, share=1)
+    trial = Summary(proton_artifact_dir="run", proton_kernels=[kernel])
+    assert views.spread_trials([trial]).kernels[0].cv is None
 
 
 # Compare: rows matched by what they are, the verdict, the gate.
@@ -325,8 +327,8 @@ def test_the_interval_is_welch_s_on_log_times():
 )
 def test_verdicts(base, now, verdict):
     found = compare.judge(base, now, 1, compare.Gate(fail_above=2, min_ms=0))
-    assert found["verdict"] == verdict
-    assert found["regression"] == (verdict == "slower")
+    assert found.verdict == verdict
+    assert found.regression == (verdict == "slower")
 
 
 def test_one_run_a_side_judges_the_change_alone(tmp_path):

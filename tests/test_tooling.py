@@ -145,6 +145,17 @@ def test_a_file_deleted_and_not_yet_committed_is_no_product_file(tmp_path):
     assert product_files(tmp_path) == ["kept.py"]
 
 
+def test_no_tooling_file_is_over_450_lines():
+    # The tooling: the product less the example's files; without git, the same files found.
+    listed = product_files(ROOT)
+    if listed is None:
+        found = [*ROOT.glob("*.py"), *ROOT.glob("*.sh"), ROOT / "Makefile"]
+        listed = [str(f.relative_to(ROOT)) for f in [*found, *ROOT.glob("summary/*.py")]]
+    tooling = [f for f in listed if f not in LISTED and (ROOT / f).is_file()]
+    long = {f: n for f in tooling if (n := len((ROOT / f).read_text().splitlines())) > 450}
+    assert tooling and not long, long
+
+
 def test_no_product_file_is_over_500_lines():
     # The product: what a user runs or copies, the example included (bench, tests, docs apart).
     listed = product_files(ROOT)
