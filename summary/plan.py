@@ -72,8 +72,7 @@ class Trial:
 
 @dataclass(frozen=True)
 class Plan:
-    """The run; its values as lines() prints them, and those a run checks first: where the
-    base runs and its script, whether the command starts here with no GPU visible."""
+    """The run, as lines() prints it, and what it checks before it starts."""
 
     kind: str
     folder: str
@@ -85,8 +84,8 @@ class Plan:
     records: tuple = ()  # the provenance's files
     environ: tuple = ()  # the device variables set (None: unset)
     tree: str = ""  # where a revision is unpacked
-    base: tuple = ()
-    no_gpu: bool = False
+    base: tuple = ()  # where the base runs, and its script
+    no_gpu: bool = False  # the command starts here, and no GPU is visible
 
     @property
     def processes(self) -> tuple:
@@ -179,8 +178,8 @@ def summariser(options: Options, host: Host, folder: str, sides: tuple) -> tuple
 
 
 def launched(options: Options, recipe: Recipe, host: Host, ab: bool) -> tuple:
-    """The words before the script (the command's interpreter or launcher, proton_launch.py
-    and its options), the script and its words, and whether the interpreter runs it alone."""
+    """The words before the script (its interpreter or launcher, proton_launch.py and its
+    options), the script and its words, and whether the interpreter runs it alone."""
     command = list(options.command)
     start = next((command[:at] for at, word in enumerate(command) if word.endswith(".py")), [])
     if not start:
@@ -214,12 +213,13 @@ def make_plan(options: Options, recipe: Recipe | None, host: Host) -> Plan:
     kind = kind or KINDS[recipe.data, recipe.backend == "instrumentation"]
     links = "" if options.output else os.path.join(plain(options.results), kind)
     folder = plain(options.output) or os.path.join(links, host.stamp)
+    if options.compare:
+        return Plan(
+            kind, folder, links, summarise=summariser(options, host, folder, options.compare)
+        )
     if ab:  # the base runs in another folder: the run's by its whole path
         folder = os.path.normpath(os.path.join(host.cwd, folder))
-    sides = options.compare or (os.path.join(folder, "now"), os.path.join(folder, "base"))
-    summarise = summariser(options, host, folder, sides if ab or options.compare else ())
-    if options.compare:
-        return Plan(kind, folder, links, summarise=summarise)
+    sides = (os.path.join(folder, "now"), os.path.join(folder, "base")) if ab else ()
     launch, (script, *args), alone = launched(options, recipe, host, ab)
     where = {"now" if ab else "": (".", script)}
     at = os.path.relpath(os.path.join(host.cwd, script), host.cwd)  # in the base's folder
@@ -244,11 +244,9 @@ def make_plan(options: Options, recipe: Recipe | None, host: Host) -> Plan:
         links,
         capture="hatchet" if recipe.data == "tree" else "chrome_trace",
         trials=rounds(launch, flags(recipe), args, folder, count, where),
-        summarise=summarise,
+        summarise=summariser(options, host, folder, sides),
         provenance=tuple(provenance.items()),
-        records=tuple(
-            os.path.join(side, "provenance.json") for side in sides[: 2 * ab] or [folder]
-        ),
+        records=tuple(os.path.join(side, "provenance.json") for side in sides or (folder,)),
         environ=environ,
         tree=tree,
         base=where.get("base", ()),
