@@ -69,16 +69,18 @@ def look(options: Options) -> Host:
 
 
 def refuse(plan: Plan, options: Options) -> None:
-    """What would fail once the trials started, refused before: a base script not there, a
-    command that is no program, no GPU visible."""
+    """What would fail once the trials started, refused before: a base script not there; but
+    for a dry run, a command that is no program, no GPU visible."""
     cwd, script = plan.base or (".", "")
     archived = plan.tree and git("cat-file", "-e", f"{options.rev}:./{script}").returncode == 0
     if plan.base and not (archived or os.path.isfile(os.path.join(cwd, script))):
         why = f"{options.rev[:100]} has no" if options.rev else "no base script"
         raise Refused(f"{why} {script[:200]}")
-    if plan.trials and shutil.which(options.command[0]) is None:  # a shell's builtin, say
+    if options.dry_run or not plan.trials:
+        return
+    if shutil.which(options.command[0]) is None:  # a shell's builtin, say
         raise Refused(f"the command must start with a program, not {options.command[0][:30]}")
-    if plan.trials and plan.no_gpu:
+    if plan.no_gpu:
         raise Refused("no GPU visible: Proton needs one (check the script alone with: make run)")
 
 
@@ -133,7 +135,7 @@ class Children:
     SIGNALS goes on to the child and ends the run, once the child has ended, with Failed."""
 
     def __init__(self, folder: str) -> None:
-        self.folder, self.child, self.signal, self.forwarded = folder, None, None, False
+        self.folder, self.child, self.signal = folder, None, None
         for sig in SIGNALS:
             if signal.getsignal(sig) != signal.SIG_IGN:  # ignored on entry: stays so, as in bash
                 signal.signal(sig, self.caught)
@@ -145,19 +147,20 @@ class Children:
         self.forward()
 
     def forward(self) -> None:
-        # Ctrl-C reaches every process of the terminal's foreground group, the command too:
-        # a second SIGINT would cut short what it does on the first (Proton writes its capture).
-        if self.child and self.signal and not self.forwarded:
-            self.forwarded = True
-            if self.signal != signal.SIGINT or not foreground():
-                self.child.send_signal(self.signal)
+        """The signal to the child, once. Ctrl-C reaches every process of the terminal's
+        foreground group, the command too: a second SIGINT would cut short what it does on
+        the first (Proton writes its capture)."""
+        child, self.child = self.child, None
+        if child and self.signal and (self.signal != signal.SIGINT or not foreground()):
+            child.send_signal(self.signal)
 
     def run(self, command: tuple, cwd: str = ".") -> int:
         """The command's exit status, as a shell gives it (128 + N: killed by signal N)."""
         if self.signal is None:
-            self.child = subprocess.Popen(command, cwd=cwd)
-            self.forward()  # a signal caught while the child started
-            status = self.child.wait()
+            child = self.child = subprocess.Popen(command, cwd=cwd)
+            if self.signal:  # caught while the child started
+                self.forward()
+            status = child.wait()
         if self.signal is not None:
             why = f"the command ended; {self.folder[:200]} has no summary"
             raise Failed(SIGNALS[self.signal], f"stopped by {self.signal.name}: {why}")
@@ -185,7 +188,6 @@ def write_provenance(plan: Plan) -> None:
 def execute(plan: Plan, options: Options) -> int:
     """Runs the plan; 0, or the summariser's status. Where it summarised, or compared (3: a
     regression), latest moves."""
-    refuse(plan, options)
     make_folder(plan, options)
     if plan.environ:
         say(f"warning: AMD: {' '.join(moved(plan))}")
@@ -225,6 +227,7 @@ def main() -> int:
         options = parse(python, args)
         recipe = None if options.compare else load(options.recipe, dict(options.overrides))
         plan = make_plan(options, recipe, look(options))
+        refuse(plan, options)
         if options.dry_run:
             print("\n".join(lines(plan)))
             return 0
