@@ -111,22 +111,20 @@ def parse(python: str, argv: list) -> Options:
         elif word in GATE:
             gate += [word, value(word, words)]
         else:
-            given[key] = whole(word, value(word, words)) if word in MOST else value(word, words)
+            given[key] = value(word, words)
     return Options(python, tuple(words), overrides=tuple(overrides), gate=tuple(gate), **given)
 
 
-def value(option: str, words: list) -> str:
-    """The word after option, taken from words; Refused where there is none."""
+def value(option: str, words: list) -> str | int:
+    """The word after option, taken from words (a whole number for those of MOST); Refused
+    where there is none, or none that option takes."""
     if not words or not words[0]:
         raise Refused(f"{option} needs a value, not an empty one")
-    return words.pop(0)
-
-
-def whole(option: str, value: str) -> int:
-    digits = len(value) < 7 and value.isascii() and value.isdecimal() and value[0] != "0"
-    if not (digits and int(value) <= MOST[option]):
+    word = words.pop(0)
+    digits = len(word) < 7 and word.isascii() and word.isdecimal() and word[0] != "0"
+    if option in MOST and not (digits and int(word) <= MOST[option]):
         raise Refused(f"{option} takes 1 to {MOST[option]}")
-    return int(value)
+    return int(word) if option in MOST else word
 
 
 def given(recipe: Recipe) -> tuple:
