@@ -95,27 +95,27 @@ class Plan:
 
 def parse(python: str, argv: list) -> Options:
     """profile.sh's arguments as Options; Refused for what they cannot mean."""
-    given, overrides, gate, words = {}, [], [], list(argv)
+    settings, overrides, gate, words = {}, [], [], list(argv)
     while words and (word := words.pop(0)) != "--":
         key = word[2:].replace("-", "_")
         if word == "--dry-run":
-            given[key] = True
+            settings[key] = True
         elif word == "--any-device":
             gate.append(word)
         elif word == "--compare":
-            given[key] = (value(word, words), value(word, words))
+            settings[key] = (take(word, words), take(word, words))
         elif word not in VALUED:
             raise Refused(f"unknown argument: {word[:60]} (see --help)")
         elif word in OVERRIDES:
-            overrides.append((key, value(word, words)))
+            overrides.append((key, take(word, words)))
         elif word in GATE:
-            gate += [word, value(word, words)]
+            gate += [word, take(word, words)]
         else:
-            given[key] = value(word, words)
-    return Options(python, tuple(words), overrides=tuple(overrides), gate=tuple(gate), **given)
+            settings[key] = take(word, words)
+    return Options(python, tuple(words), overrides=tuple(overrides), gate=tuple(gate), **settings)
 
 
-def value(option: str, words: list) -> str | int:
+def take(option: str, words: list) -> str | int:
     """The word after option, taken from words (a whole number for those of MOST); Refused
     where there is none, or none that option takes."""
     if not words or not words[0]:
