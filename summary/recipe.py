@@ -87,7 +87,8 @@ def proton_mode(backend: str, chosen: dict, rocprof: bool) -> str | None:
         keys = " and ".join(intra)
         raise Refused(f"collect.proton.{keys} need backend instrumentation, not {backend}")
     if rocprof and backend in ("auto", "rocprofiler", "roctracer"):
-        raise Refused(f"rocprof and proton (backend {backend}) both intercept HSA queues: drop one")
+        why = "both intercept HSA queues; use backend: instrumentation, or drop one"
+        raise Refused(f"rocprof and proton (backend {backend}) {why}")
     if not intra:
         return None
     mode = chosen.get("instrumentation_mode", "default")
