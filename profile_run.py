@@ -52,20 +52,15 @@ def look(options: Options) -> Host:
         if git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode:
             raise Refused(f"{rev[:100]} is neither a folder nor a revision of a git checkout here")
         prefix = git("rev-parse", "--show-prefix").stdout.rstrip("\n")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     assumed = os.environ.get("PROFILE_ASSUME_GPU", "")
     seen = [vendor for vendor, path in DEVICE_FILES.items() if os.path.exists(path)]
     vendor = assumed if assumed in DEVICE_FILES else (seen or [""])[-1]
-    ceiling = os.path.join(plain(options.results), "ceiling")
-    return Host(
-        here=os.path.dirname(os.path.abspath(__file__)),
-        cwd=os.getcwd(),
-        stamp=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}",
-        amd=vendor == "amd",
-        gpu=bool(vendor) or assumed == "1",
-        devices=tuple((var, os.environ[var]) for var in DEVICES if var in os.environ),
-        ceiling=ceiling if os.path.isdir(ceiling) else "",
-        git_prefix=prefix,
-    )
+    devices = tuple((var, os.environ[var]) for var in DEVICES if var in os.environ)
+    here, ceiling = os.path.dirname(os.path.abspath(__file__)), plain(options.results) + "/ceiling"
+    ceiling = ceiling if os.path.isdir(ceiling) else ""
+    gpu = bool(vendor) or assumed == "1"
+    return Host(here, os.getcwd(), stamp, vendor == "amd", gpu, devices, ceiling, prefix)
 
 
 def refuse(plan: Plan, options: Options) -> None:
