@@ -229,27 +229,22 @@ def make_plan(options: Options, recipe: Recipe | None, host: Host) -> Plan:
     elif options.rev:  # a folder holding a copy of the tree
         where["base"] = (options.rev, at)
     count = options.trials or (5 if ab else recipe.trials)  # 5 a side, whatever the recipe says
+    trials = rounds(launch, flags(recipe), args, folder, count, where)
     backend, mode = given(recipe)
     provenance = dict(backend_asked=recipe.backend, backend_used=backend, run_id=host.stamp)
     provenance.update(mode_asked=recipe.proton_mode, mode_used=mode)
     provenance["world_size"] = options.world_size or (1 if alone else None)
+    records = tuple(os.path.join(side, "provenance.json") for side in sides or (folder,))
     environ = moves(recipe, host)
     hidden = any(value in ("", "-1") for value in (dict(host.devices) | dict(environ)).values())
     first = os.path.basename(options.command[0])
+    no_gpu = (hidden or not host.gpu) and (first.startswith("python") or first == "torchrun")
+    capture = "hatchet" if recipe.data == "tree" else "chrome_trace"
+    summarise = summariser(options, host, folder, sides)
     return Plan(
-        kind,
-        folder,
-        links,
-        capture="hatchet" if recipe.data == "tree" else "chrome_trace",
-        trials=rounds(launch, flags(recipe), args, folder, count, where),
-        summarise=summariser(options, host, folder, sides),
-        provenance=tuple(provenance.items()),
-        records=tuple(os.path.join(side, "provenance.json") for side in sides or (folder,)),
-        environ=environ,
-        tree=tree,
-        base=where.get("base", ()),
-        no_gpu=(hidden or not host.gpu) and (first.startswith("python") or first == "torchrun"),
-    )
+        kind, folder, links, capture, trials, summarise, tuple(provenance.items()), records,
+        environ, tree, where.get("base", ()), no_gpu,
+    )  # fmt: skip
 
 
 def quoted(word: str) -> str:
