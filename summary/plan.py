@@ -42,9 +42,7 @@ class Options:
         if not (self.compare or self.command):
             raise Refused("no command: give one after -- (e.g. -- python mine.py)")
         if self.gate and not (self.rev or self.base_script or self.compare):
-            raise Refused(
-                f"{self.gate[0]} judges a comparison: give --rev, --base-script or --compare"
-            )
+            raise Refused(f"{self.gate[0]} needs a comparison: --rev, --base-script or --compare")
 
 
 @dataclass(frozen=True)
