@@ -25,9 +25,8 @@ OUT ?= profiling_results
 # HOOK=triton records each launch's bytes and flops; TRIALS=N runs the script N times.
 HOOK ?=
 TRIALS ?=
-# make compare: CUR against BASE (runs or captures), failing past FAIL_ABOVE percent;
-# ANY_DEVICE=1 compares runs of different devices. make ab: REV is a revision, or a
-# folder holding a copy of the tree; TRIALS defaults to 5 a side.
+# make compare: CUR against BASE (runs or captures), failing past FAIL_ABOVE percent (ANY_DEVICE=1:
+# runs of different devices). make ab: REV, a revision or a copy of the tree; TRIALS 5 a side.
 CUR ?= $(OUT)/profile/latest
 BASE ?= $(OUT)/profile/previous
 FAIL_ABOVE ?=
@@ -173,14 +172,13 @@ RUFF = $(call q,$(VENV)/bin/ruff)
 lint: setup ## ruff (lint and format), shellcheck, hadolint
 	$(RUFF) check . && $(RUFF) format --check . || { echo "make lint: make format fixes" \
 	  "the formatting and what ruff can fix itself" >&2; false; }
-	$(call q,$(VENV)/bin/shellcheck) profile.sh .ci/run && $(call q,$(VENV)/bin/hadolint) Dockerfile
+	$(call q,$(VENV)/bin/shellcheck) profile.sh .ci/run bench/gpu-55.sh && $(call q,$(VENV)/bin/hadolint) Dockerfile
 
 format: setup ## ruff check --fix, then ruff format: what make lint would have you fix
 	$(RUFF) check --fix --exit-zero . && $(RUFF) format .
 
-# Deletes only what lies inside this checkout (the Makefile's folder, wherever make runs),
-# outside .git, and holds nothing git tracks; where git cannot tell (no .git, as in the
-# container), only the default names.
+# Deletes only what lies in this checkout, outside .git, and holds nothing git tracks; where
+# git cannot tell (no .git, as in the container), only the default names.
 clean: ## remove VENV, caches and OUT; refuses (exit 2) anything else
 	@top=$(call q,$(HERE)); git=0; git -C "$$top" rev-parse 2>/dev/null && git=1; \
 	for path in $(call q,$(VENV)) $(call q,$(OUT)); do \
@@ -194,9 +192,8 @@ clean: ## remove VENV, caches and OUT; refuses (exit 2) anything else
 	rm -rf -- $(call q,$(VENV)) $(call q,$(OUT)) "$$top/.pytest_cache" "$$top/.ruff_cache"; \
 	find "$$top" -name .git -prune -o -name __pycache__ -type d -prune -exec rm -rf -- {} +
 
-# The container runs as root (it needs the GPU devices); docker-profile hands the
-# results back to whoever ran make. OUT must lie in this checkout, mounted at /work: the
-# container is given it relative to /work.
+# The container runs as root (it needs the GPU devices); docker-profile hands the results back
+# to whoever ran make. OUT must lie in this checkout, mounted at /work, and is given relative.
 DOCKER_RUN = docker run --rm $(if $(filter nvidia,$(GPU)),--gpus all --ipc=host,--device=/dev/kfd \
   --device=/dev/dri --group-add video --ipc=host --security-opt seccomp=unconfined) \
   -v $(call q,$(HERE)):/work -w /work $(call q,$(IMAGE))

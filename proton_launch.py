@@ -1,15 +1,9 @@
 """Run a Python script under Proton as `python -m triton.profiler.proton` does, with what
 that command cannot do (a capture per rank, an instrumentation mode): each trial of
-profile.sh's runs through it. Also check a kernel's launch_metadata on the CPU
-(check_launch_metadata, for a user's test). docs/profiling.md tells the ranks it reads and
-what --env exports.
-
-    python proton_launch.py [-n NAME] [--ranked] [-b BACKEND] [-c CONTEXT] [-d DATA]
-                            [-k triton] [--mode MODE] [--env] SCRIPT.py [ARGS ...]
-
-Everything after SCRIPT.py is the script's, a `--` included.
+profile.sh's runs through it. Everything after SCRIPT.py is the script's, a `--` included.
 Exit status: the script's own, 130 on Ctrl-C; 2 for bad arguments or a GPU the
-instrumentation backend cannot compile for.
+instrumentation backend cannot compile for. check_launch_metadata checks a kernel's
+launch_metadata on the CPU, for a user's test. docs/profiling.md tells each part.
 """
 
 import argparse
@@ -24,8 +18,7 @@ from typing import NoReturn
 
 # The instrumentation backend reads the CU id, which AMD's compiler does only here.
 AMD_INSTRUMENTABLE = ("gfx942", "gfx950")
-# Options that take a value: the first word that is none of them, nor a value, nor an
-# option, is the script.
+# Options that take a value: the first word that is none of them, nor their value, is the script.
 VALUED = {"-n", "-b", "-c", "-d", "-k", "--mode"}
 # The launch_metadata keys Proton's launch hook turns into roofline metrics.
 ROOFLINE = ["bytes", "flops", "flops8", "flops16", "flops32", "flops64"]

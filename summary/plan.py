@@ -1,30 +1,35 @@
-"""profile.sh's run as one value, a Plan, made by a pure function (make_plan) of the command
-line (Options), the recipe (summary/recipe.py) and the Host: its folders, each trial's
-command, the summariser's and the provenance. profile_run.py prints a plan or runs it."""
+"""profile.sh's run as one value: its arguments read into Options (parse), and the Plan a
+pure function (make_plan) makes of them, the Recipe and the Host. profile_run.py prints a
+plan (lines) or runs it; docs/profiling.md tells each part."""
 
 import os
 import shlex
 from dataclasses import dataclass
 
 from summary import Refused
-from summary.recipe import Recipe
+from summary.recipe import MAX_TRIALS, Recipe
 
 # A run's kind, by its data and whether it runs the instrumentation backend.
 KINDS = {("tree", False): "profile", ("trace", False): "trace", ("tree", True): "intra"}
 KINDS["trace", True] = "intra-trace"
+# The options that take a value: the recipe's for one run, the comparison's gate (as
+# parse_hatchet.py takes it), whole numbers up to a most, and the rest.
+OVERRIDES = ("--data", "--backend", "--context", "--hook")
+GATE = ("--fail-above", "--min-ms")
+MOST = {"--trials": MAX_TRIALS, "--world-size": 2**16}
+VALUED = (*OVERRIDES, *GATE, *MOST, "--recipe", "--results", "--output", "--rev", "--base-script")
 
 
 @dataclass(frozen=True)
 class Options:
-    """profile.sh's command line; python is the workload's interpreter, which runs the
-    summariser; overrides, the (key, value) of --data, --backend, --context and --hook."""
+    """profile.sh's arguments (its header tells each); python, the workload's interpreter."""
 
     python: str = "python3"
     command: tuple = ()
     recipe: str = "recipe.yaml"
     results: str = "profiling_results"
     output: str = ""
-    overrides: tuple = ()
+    overrides: tuple = ()  # (key, value) of --data, --backend, --context, --hook
     trials: int | None = None
     rev: str = ""
     base_script: str = ""
@@ -33,22 +38,25 @@ class Options:
     world_size: int | None = None
     dry_run: bool = False
 
+    def __post_init__(self) -> None:
+        if not (self.compare or self.command):
+            raise Refused("no command: give one after -- (e.g. -- python mine.py)")
+        if self.gate and not (self.rev or self.base_script or self.compare):
+            raise Refused(f"{self.gate[0]} needs a comparison: --rev, --base-script or --compare")
+
 
 @dataclass(frozen=True)
 class Host:
-    """The machine as a plan needs it: the tooling's folder, the current one, the run's id;
-    the GPUs' vendor (nvidia, amd, or ""), whether a GPU is there (or assumed), the
-    *_VISIBLE_DEVICES set; whether RESULTS/ceiling exists; where the current folder lies
-    in its git checkout (an A/B run against a revision; None where REV is a folder)."""
+    """This machine, as a plan needs it."""
 
-    here: str
+    here: str  # the tooling's folder
     cwd: str
-    stamp: str
-    vendor: str = ""
-    gpu: bool = False
-    devices: tuple = ()
-    ceiling: bool = False
-    git_prefix: str | None = None
+    stamp: str  # the run's id
+    amd: bool = False  # AMD's GPUs here, or assumed
+    gpu: bool = False  # a GPU visible, or assumed
+    devices: tuple = ()  # the *_VISIBLE_DEVICES set, (name, value)
+    ceiling: str = ""  # RESULTS/ceiling, where it exists
+    git_prefix: str | None = None  # where cwd lies in its checkout, for a REV not a folder
 
 
 @dataclass(frozen=True)
@@ -62,28 +70,59 @@ class Trial:
 
 @dataclass(frozen=True)
 class Plan:
-    """The run: its kind and folder, where latest and previous move ("": nowhere), the
-    captures' extension, the trials, the summariser, the provenance and its files, the
-    device variables set (None: unset), where a revision is unpacked, where the base runs
-    and its script, and whether the command starts here with no GPU visible."""
+    """The run, as lines() prints it, and what it checks before it starts."""
 
     kind: str
     folder: str
-    links: str
-    capture: str = ""
+    links: str  # where latest and previous move ("": nowhere)
+    capture: str = ""  # the captures' extension
     trials: tuple = ()
     summarise: tuple = ()
     provenance: tuple = ()  # (key, value): a record, as the plan's other values, frozen
-    records: tuple = ()
-    environ: tuple = ()
-    tree: str = ""
-    base: tuple = ()
-    no_gpu: bool = False
+    records: tuple = ()  # the provenance's files
+    environ: tuple = ()  # the device variables set (None: unset)
+    tree: str = ""  # where a revision is unpacked
+    base: tuple = ()  # where the base runs, and its script
+    no_gpu: bool = False  # the command starts here, and no GPU is visible
 
     @property
     def processes(self) -> tuple:
         """Every command the run starts, in order (a revision's git archive apart)."""
         return (*(trial.command for trial in self.trials), self.summarise)
+
+
+def parse(python: str, argv: list) -> Options:
+    """profile.sh's arguments as Options; Refused for what they cannot mean."""
+    settings, overrides, gate, words = {}, [], [], list(argv)
+    while words and (word := words.pop(0)) != "--":
+        key = word[2:].replace("-", "_")
+        if word == "--dry-run":
+            settings[key] = True
+        elif word == "--any-device":
+            gate.append(word)
+        elif word == "--compare":
+            settings[key] = (take(word, words), take(word, words))
+        elif word not in VALUED:
+            raise Refused(f"unknown argument: {word[:60]} (see --help)")
+        elif word in OVERRIDES:
+            overrides.append((key, take(word, words)))
+        elif word in GATE:
+            gate += [word, take(word, words)]
+        else:
+            settings[key] = take(word, words)
+    return Options(python, tuple(words), overrides=tuple(overrides), gate=tuple(gate), **settings)
+
+
+def take(option: str, words: list) -> str | int:
+    """The word after option, taken from words (a whole number for those of MOST); Refused
+    where there is none, or none that option takes."""
+    if not words or not words[0]:
+        raise Refused(f"{option} needs a value, not an empty one")
+    word = words.pop(0)
+    digits = len(word) < 7 and word.isascii() and word.isdecimal() and word[0] != "0"
+    if option in MOST and not (digits and int(word) <= MOST[option]):
+        raise Refused(f"{option} takes 1 to {MOST[option]}")
+    return int(word) if option in MOST else word
 
 
 def given(recipe: Recipe) -> tuple:
@@ -99,37 +138,21 @@ def flags(recipe: Recipe) -> list:
     """proton_launch.py's options: what Proton is given, or in env mode what is exported."""
     env = recipe.mode == "env"
     backend, mode = (recipe.backend, recipe.proton_mode) if env else given(recipe)
-    out = ["-c", recipe.context, "-d", recipe.data]
-    for flag, value in (("-b", backend), ("-k", recipe.hook), ("--mode", mode)):
-        out += [flag, value] if value not in (None, "auto") else []
-    return out
+    pairs = [("-c", recipe.context), ("-d", recipe.data), ("-b", backend)]
+    pairs += [("-k", recipe.hook), ("--mode", mode)]
+    return [word for pair in pairs if pair[1] not in (None, "auto") for word in pair]
 
 
 def moves(recipe: Recipe, host: Host) -> tuple:
     """Proton's AMD backends that intercept queues refuse HIP_ and CUDA_VISIBLE_DEVICES and
     honour ROCR_VISIBLE_DEVICES: the selection moves there, as aorta moves it."""
-    if not (recipe.backend.startswith("roc") or (recipe.backend, host.vendor) == ("auto", "amd")):
+    amd = recipe.backend.startswith("roc") or (recipe.backend == "auto" and host.amd)
+    devices = dict(host.devices)
+    moved = [var for var in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if var in devices]
+    if not (amd and moved):
         return ()
-    devices, out = dict(host.devices), []
-    for var in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
-        if var in devices:
-            devices.setdefault("ROCR_VISIBLE_DEVICES", devices.pop(var))
-            out.append((var, None))
-    return (*out, ("ROCR_VISIBLE_DEVICES", devices["ROCR_VISIBLE_DEVICES"])) if out else ()
-
-
-def summariser(options: Options, host: Host, folder: str, sides: tuple) -> tuple:
-    """parse_hatchet.py's command: the run summarised, or its two sides (now, base) compared."""
-    out = [options.python, os.path.join(host.here, "parse_hatchet.py")]
-    at = lambda name: os.path.join(folder, name)  # noqa: E731
-    if sides:
-        out += [sides[0], "--diff", sides[1], "--table", "-o", at("compare.json")]
-        out += ["--markdown", at("compare.md"), "--html", at("report.html"), *options.gate]
-    else:
-        out += [folder, "-o", at("summary.json"), "--html", at("report.html"), "--table"]
-    out += ["--world-size", str(options.world_size)] if options.world_size else []
-    ceiling = os.path.join(plain(options.results), "ceiling")
-    return (*out, *(["--ceiling", ceiling] if host.ceiling else []))
+    rocr = devices.get("ROCR_VISIBLE_DEVICES", devices[moved[0]])
+    return (*((var, None) for var in moved), ("ROCR_VISIBLE_DEVICES", rocr))
 
 
 def plain(path: str) -> str:
@@ -137,74 +160,88 @@ def plain(path: str) -> str:
     return f"./{path}" if path.startswith("-") else path
 
 
+def summariser(options: Options, host: Host, folder: str, sides: tuple) -> tuple:
+    """parse_hatchet.py's command: the run summarised, or its two sides (now, base) compared."""
+    html = ["--html", os.path.join(folder, "report.html")]
+    if sides:
+        out = [sides[0], "--diff", sides[1], "--table", "-o", os.path.join(folder, "compare.json")]
+        out += ["--markdown", os.path.join(folder, "compare.md"), *html, *options.gate]
+    else:
+        out = [folder, "-o", os.path.join(folder, "summary.json"), *html, "--table"]
+    out += ["--world-size", str(options.world_size)] if options.world_size else []
+    out += ["--ceiling", host.ceiling] if host.ceiling else []
+    return (options.python, os.path.join(host.here, "parse_hatchet.py"), *out)
+
+
 def launched(options: Options, recipe: Recipe, host: Host, ab: bool) -> tuple:
-    """The words before the script (the command's interpreter or launcher, proton_launch.py
-    and its options), the script and its words, and whether the interpreter runs it alone."""
+    """The words before the script (its interpreter or launcher, proton_launch.py and its
+    options), the script and its words, and whether the interpreter runs it alone."""
     command = list(options.command)
     start = next((command[:at] for at, word in enumerate(command) if word.endswith(".py")), [])
     if not start:
         raise Refused("the command must run a .py script through its interpreter or launcher")
-    script, alone = command[len(start) :], start == [options.python]
+    alone = start == [options.python]
     launch = [*start, os.path.join(host.here, "proton_launch.py")]
     launch += ([] if alone else ["--ranked"]) + (["--env"] if recipe.mode == "env" else [])
     if ab and "/" in launch[0]:  # the base runs elsewhere: the interpreter by its whole path
         launch[0] = os.path.normpath(os.path.join(host.cwd, launch[0]))
-    return launch, script, alone
+    return launch, command[len(start) :], alone
 
 
-def rounds(launch: list, flags: list, args: list, folder: str, count: int, where: tuple) -> tuple:
-    """Each trial: launch, its capture's name, flags, the script and args; count of one side,
-    or in rounds count of each side of an A/B run (where: the folder the base runs in and
-    its script, then now's), base first in odd rounds."""
-    base, now = where
+def rounds(launch: list, flags: list, args: list, folder: str, count: int, where: dict) -> tuple:
+    """Each trial: launch, its capture's name, flags, the script and args, count times; in
+    an A/B run count rounds, base first in odd ones. where: each side's folder and script."""
     trials = []
     for k in range(1, count + 1):
-        for side in ("base", "now")[:: 1 if k % 2 else -1] if base else ("",):
-            inside = folder if count == 1 and not base else os.path.join(folder, side, f"trial{k}")
-            cwd, script = base if side == "base" else now
+        for side in ("base", "now")[:: 1 if k % 2 else -1] if "base" in where else ("",):
+            inside = folder if count == 1 and not side else os.path.join(folder, side, f"trial{k}")
+            cwd, script = where[side]
             name = ["-n", os.path.join(inside, "proton")]
             trials.append(Trial(side, k, inside, cwd, (*launch, *name, *flags, script, *args)))
     return tuple(trials)
 
 
-def make_plan(options: Options, recipe: Recipe, host: Host) -> Plan:
-    """The run options ask for, under recipe, on host; Refused for a command that runs no
-    .py script. A pure function: it reads and writes nothing."""
+def make_plan(options: Options, recipe: Recipe | None, host: Host) -> Plan:
+    """The run options ask for, under recipe (None for a --compare), on host; Refused for a
+    command that runs no .py script. A pure function: it reads and writes nothing."""
     ab = bool(options.rev or options.base_script)
     kind = "compare" if options.compare else "ab" if ab else ""
     kind = kind or KINDS[recipe.data, recipe.backend == "instrumentation"]
-    links = os.path.join(plain(options.results), kind)
-    folder = plain(options.output) if options.output else os.path.join(links, host.stamp)
-    links = "" if options.output else links
+    links = "" if options.output else os.path.join(plain(options.results), kind)
+    folder = plain(options.output) or os.path.join(links, host.stamp)
     if options.compare:
         return Plan(
             kind, folder, links, summarise=summariser(options, host, folder, options.compare)
         )
-    folder = os.path.normpath(os.path.join(host.cwd, folder)) if ab else folder
-    launch, script, alone = launched(options, recipe, host, ab)
-    at = os.path.relpath(os.path.normpath(os.path.join(host.cwd, script[0])), host.cwd)
-    tree = os.path.join(folder, "tree") if ab and host.git_prefix is not None else ""
-    base = (options.rev, at) if not tree else (os.path.normpath(f"{tree}/{host.git_prefix}"), at)
-    base = (".", options.base_script) if options.base_script else base
-    count = options.trials or (5 if ab else recipe.trials)  # 5 a side, whatever the recipe says
-    where = (base if ab else None, (".", script[0]))
-    trials = rounds(launch, flags(recipe), script[1:], folder, count, where)
+    if ab:  # the base runs in another folder: the run's by its whole path
+        folder = os.path.normpath(os.path.join(host.cwd, folder))
     sides = (os.path.join(folder, "now"), os.path.join(folder, "base")) if ab else ()
+    launch, (script, *args), alone = launched(options, recipe, host, ab)
+    where = {"now" if ab else "": (".", script)}
+    at = os.path.relpath(os.path.join(host.cwd, script), host.cwd)  # in the base's folder
+    tree = os.path.join(folder, "tree") if options.rev and host.git_prefix is not None else ""
+    if options.base_script:
+        where["base"] = (".", options.base_script)
+    elif tree:  # the revision, unpacked into the run's folder
+        where["base"] = (os.path.normpath(os.path.join(tree, host.git_prefix)), at)
+    elif options.rev:  # a folder holding a copy of the tree
+        where["base"] = (options.rev, at)
+    count = options.trials or (5 if ab else recipe.trials)  # 5 a side, whatever the recipe says
+    trials = rounds(launch, flags(recipe), args, folder, count, where)
     backend, mode = given(recipe)
     provenance = dict(backend_asked=recipe.backend, backend_used=backend, run_id=host.stamp)
     provenance.update(mode_asked=recipe.proton_mode, mode_used=mode)
     provenance["world_size"] = options.world_size or (1 if alone else None)
     records = tuple(os.path.join(side, "provenance.json") for side in sides or (folder,))
     environ = moves(recipe, host)
-    devices = dict(host.devices) | dict(environ)
-    hidden = not host.gpu or any(value in ("", "-1") for value in devices.values())
+    hidden = any(value in ("", "-1") for value in (dict(host.devices) | dict(environ)).values())
     first = os.path.basename(options.command[0])
-    no_gpu = hidden and (first.startswith("python") or first == "torchrun")
+    no_gpu = (hidden or not host.gpu) and (first.startswith("python") or first == "torchrun")
     capture = "hatchet" if recipe.data == "tree" else "chrome_trace"
     summarise = summariser(options, host, folder, sides)
     return Plan(
-        kind, folder, links, capture, tuple(trials), summarise, tuple(provenance.items()),
-        records, environ, tree, base if ab else (), no_gpu,
+        kind, folder, links, capture, trials, summarise, tuple(provenance.items()), records,
+        environ, tree, where.get("base", ()), no_gpu,
     )  # fmt: skip
 
 
@@ -213,11 +250,8 @@ def quoted(word: str) -> str:
     if word.isprintable():
         return shlex.quote(word)
     raw = word.encode("utf-8", "surrogateescape")  # a name's bytes, UTF-8 or not
-    return (
-        "$'"
-        + "".join(chr(b) if 31 < b < 127 and b not in b"\\'" else f"\\x{b:02x}" for b in raw)
-        + "'"
-    )
+    escaped = "".join(chr(b) if 31 < b < 127 and b not in b"\\'" else f"\\x{b:02x}" for b in raw)
+    return f"$'{escaped}'"
 
 
 def lines(plan: Plan) -> list:

@@ -2,7 +2,7 @@
 Recipe: what profile.sh's run asks of Proton."""
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from reprlib import repr as short  # a value quoted in a one-line message, cut short
 
 from summary import Refused
@@ -21,7 +21,6 @@ ALLOWED = {
 BACKEND_MODES = dict(cupti=ALLOWED["backend_mode"], rocprofiler=ALLOWED["backend_mode"])
 BACKEND_MODES["roctracer"] = ["periodic_flushing"]
 MAX_TRIALS = 999
-RECIPE_KEYS = ("mode", "backend", "context", "data", "hook")  # the keys a Recipe keeps as given
 
 
 @dataclass(frozen=True)
@@ -65,37 +64,31 @@ def options(recipe: object, overrides: dict | None = None) -> Recipe:
     trials = recipe.get("trials", 1)
     if type(trials) is not int or not 1 <= trials <= MAX_TRIALS:
         raise Refused(f"trials must be a whole number from 1 to {MAX_TRIALS}, got {short(trials)}")
-    made = Recipe(**{key: chosen[key] for key in RECIPE_KEYS if key in chosen}, trials=trials)
-    return replace(made, proton_mode=proton_mode(made.backend, chosen, "rocprof" in collect))
+    backend = chosen.get("backend", "auto")
+    mode = proton_mode(backend, chosen, "rocprof" in collect)
+    kept = {key: value for key, value in chosen.items() if key in Recipe.__dataclass_fields__}
+    return Recipe(**kept, proton_mode=mode, trials=trials)
 
 
 def proton_mode(backend: str, chosen: dict, rocprof: bool) -> str | None:
     """Proton's --mode, as aorta renders it: the backend mode bare, else the intra-kernel
     mode with its granularity; None when neither is set. Refuses what aorta refuses."""
     intra = [key for key in ("instrumentation_mode", "granularity") if key in chosen]
+    where = "collect.proton.backend_mode"
     if "backend_mode" in chosen:
         if intra:
-            raise Refused(
-                f"collect.proton.backend_mode conflicts with {', '.join(intra)}: both become "
-                "Proton's one --mode; set only one"
-            )
+            raise Refused(f"{where} conflicts with {', '.join(intra)} (one --mode): set one")
         if backend not in BACKEND_MODES:
-            raise Refused(
-                f"collect.proton.backend_mode needs a pinned backend ({', '.join(BACKEND_MODES)}),"
-                f" not {backend}"
-            )
-        where = f"collect.proton.backend_mode for backend {backend}"
-        return one_of(where, chosen["backend_mode"], BACKEND_MODES[backend])
+            raise Refused(f"{where} needs a pinned backend ({', '.join(BACKEND_MODES)})")
+        return one_of(
+            f"{where} for backend {backend}", chosen["backend_mode"], BACKEND_MODES[backend]
+        )
     if intra and backend != "instrumentation":
-        raise Refused(
-            f"collect.proton.{' and '.join(intra)} need backend instrumentation (they set the "
-            f"intra-kernel mode), not {backend}"
-        )
+        keys = " and ".join(intra)
+        raise Refused(f"collect.proton.{keys} need backend instrumentation, not {backend}")
     if rocprof and backend in ("auto", "rocprofiler", "roctracer"):
-        raise Refused(
-            f"rocprof and proton (backend {backend}) both intercept HSA queues; use backend: "
-            "instrumentation, or drop one"
-        )
+        why = "both intercept HSA queues; use backend: instrumentation, or drop one"
+        raise Refused(f"rocprof and proton (backend {backend}) {why}")
     if not intra:
         return None
     mode = chosen.get("instrumentation_mode", "default")
@@ -120,5 +113,4 @@ def load(path: str, overrides: dict | None = None) -> Recipe:
         why = f"not valid YAML: {' '.join(str(e).split())[:200]}"
     except Refused as e:
         why = str(e)
-    shown = path[:200] if path[:200].isprintable() else repr(path[:200])
-    raise Refused(f"{shown}: {why}")
+    raise Refused(f"{path[:200]}: {why}")
