@@ -194,10 +194,14 @@ def headline(summary: Summary) -> str:
         return summary.proton_diff.first_line
     if not summary.proton_kernels:
         return f"no timed kernel; {len(summary.proton_scopes or [])} scopes timed inside kernels"
-    k = summary.proton_kernels[0]
-    line = f"{k.readable_name}: {k.share:.1%} of {summary.proton_gpu_time_ms:.4f} ms of GPU time"
-    if k.launches:
-        line += f", {k.launches} launches of {k.mean_us:.2f} us"
+    # The autotuner's launches (a cache flush before each config it times) are not the run's.
+    k = max(summary.proton_kernels, key=lambda k: k.total_ms - k.tuning_ms)  # the first of ties
+    tuned = sum(k.tuning_ms for k in summary.proton_kernels)
+    total, ms = summary.proton_gpu_time_ms - tuned, k.total_ms - k.tuning_ms
+    line = f"{k.readable_name}: {ms / total if total else 0.0:.1%} of {total:.4f} ms of GPU time"
+    line += " outside [autotuning]" if tuned else ""
+    if launches := k.launches and k.launches - k.tuning_launches:
+        line += f", {launches} launches of {ms * 1e3 / launches:.2f} us"
     if k.gbyte_per_s:
         shares = [f"{k.pct_of_peak_bw:.0%} of peak"] if k.pct_of_peak_bw else []
         if k.pct_of_ceiling_bw is not UNSET:

@@ -3,6 +3,7 @@ JSON schema written with plotly.js inline (docs/summary.md's "The page" says wha
 
 import html
 import zlib
+from collections import Counter
 from typing import NamedTuple
 
 import plotly.io as pio
@@ -15,7 +16,7 @@ from summary.text import rank_notes
 AORTA_KEYS = ("proton_kernel_count", "proton_gpu_time_ms", "proton_top_kernel_ms")
 AORTA_KEYS += ("proton_top_kernels", "proton_artifact_dir")
 TOP = 30  # rows of a figure of bars or points; the caption counts the rest
-SITES = 40  # call sites drawn on the timeline
+SITES = 40  # call sites drawn on the timeline, on one time axis
 MOST = 200  # call sites in the icicle, ranks in their bars: a page's size is bounded
 LABEL = 60  # characters of a name on an axis; hover shows it whole
 ROW_PX, MARGIN_PX = 26, 110
@@ -32,6 +33,9 @@ RATIO_1["line"] = {"color": GREY, "dash": "dot"}  # a ratio of 1, dotted across 
 # name from a path that is not UTF-8); the standard library's json escapes it.
 pio.json.config.default_engine = "json"
 BLUES = make_colorscale(sequential.Blues)  # ColorBrewer's: plotly.js's own "Blues" differs
+STRIP = {"type": "heatmap", "zmin": 0, "zmax": 1, "colorscale": BLUES}  # a timeline's row
+STRIP["colorbar"] = {"title": {"text": "busy"}, "tickformat": ".0%"}
+MARK = {"symbol": "line-ns-open", "size": 16, "color": BLUE, "line": {"width": 3}}
 DIAMOND = {"symbol": "diamond", "size": 13, "line": {"width": 1, "color": "#333"}}
 CONFIG = {"displayModeBar": False, "responsive": True}  # plotly's, for every figure
 VERDICT_COLOURS = {"slower": "#d62728", "faster": GREEN, "same": GREY, "inconclusive": ORANGE}
@@ -77,8 +81,13 @@ def count_rest(rows: list, drawn: int, what: str) -> list[str]:  # a caption's l
 
 
 def rows_axis(labels: list[str]) -> dict:
-    """A y axis of rows top down, one a label (labels may repeat: call sites can end alike)."""
-    ticks = {"tickvals": list(range(len(labels))), "ticktext": labels, "zeroline": False}
+    """A y axis of rows top down, one a label: a label repeated (call sites can end alike,
+    kernels share a name) numbered."""
+    seen, unique = Counter(), []
+    for label in labels:
+        seen[label] += 1
+        unique.append(label if seen[label] == 1 else f"{label} ({seen[label]})")
+    ticks = {"tickvals": list(range(len(labels))), "ticktext": unique, "zeroline": False}
     return {"autorange": "reversed", **ticks}
 
 
@@ -116,54 +125,65 @@ def list_facts(summary: Summary) -> list[tuple[str, str]]:
 
 
 def draw_top(summary: Summary) -> list[str]:
-    """The headline verbatim; where --fail-above was given, the gate's outcome as the Markdown
-    says it and each regression as stderr does; the facts as a table."""
+    """The headline verbatim, and why it names another kernel than aorta's keys do; where
+    --fail-above was given, the gate's outcome as the Markdown says it and each regression as
+    stderr does."""
     diff = summary.proton_diff
     gated = bool(diff) and diff.fail_above is not None
     state = f' class="{"fail" if diff.regressions else "pass"}"' if gated else ""
     parts = [f'<h1 id="headline"{state}>{html.escape(summary.headline or "")}</h1>']
+    top = (summary.proton_top_kernels or [None])[0]
+    if not diff and top and not (summary.headline or "").startswith(readable(summary, top) + ": "):
+        why = f"aorta's keys count every launch, and lead with {readable(summary, top)}"
+        why += ": the headline leaves out the [autotuning] call sites (Triton's autotuner)."
+        parts.append(f'<p class="caption" id="why">{html.escape(why)}</p>')
     parts += [f'<p class="gate">{html.escape(line)}</p>' for line in diff.gate] if gated else []
+    return parts
+
+
+def readable(summary: Summary, name: str) -> str:
+    return next((k.readable_name for k in summary.proton_kernels if k.name == name), name)
+
+
+def draw_facts(summary: Summary) -> str:
+    """aorta's keys and the other facts, as a table."""
     cells = (
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
         for k, v in list_facts(summary)
     )
-    return [*parts, f'<table id="facts">{"".join(cells)}</table>']
+    return f'<table id="facts">{"".join(cells)}</table>'
 
 
 def draw_kernels(summary: Summary) -> Figure | None:
-    """Each kernel's share of GPU time (tuning launches apart) beside its percent of peak."""
-    rows = summary.proton_kernels
+    """Each kernel's share of the GPU time outside [autotuning] call sites, the largest
+    first (the tuner's launches said, not drawn), beside its percent of peak."""
+    rows = sorted(summary.proton_kernels, key=lambda k: k.total_ms - k.tuning_ms, reverse=True)
     if not (drawn := rows[:TOP]):
         return None
-    total = sum(k.total_ms for k in rows) or 1.0
-    tuning = [k.tuning_ms / total for k in drawn]
-    own = [k.total_ms / total - t for k, t in zip(drawn, tuning, strict=True)]
+    total = sum(k.total_ms - k.tuning_ms for k in rows) or 1.0
+    own = [(k.total_ms - k.tuning_ms) / total for k in drawn]
     words = []  # launches (the tuner's apart), mean and GB/s where recorded
     for k in drawn:
         n = "?" if k.launches is None else k.launches - k.tuning_launches
-        tuned = f" + {k.tuning_launches} tuning" if k.tuning_launches else ""
+        tuned = f" + {k.tuning_launches} tuning, {k.tuning_ms:.3g} ms" if k.tuning_launches else ""
         said = [f"{n} launch{'' if n == 1 else 'es'}{tuned}"]
         if k.mean_us is not None:
             said.append(f"mean {k.mean_us:.2f} us")
         if known(k.gbyte_per_s) is not None:
             said.append(f"{k.gbyte_per_s:.0f} GB/s")
         words.append(text(", ".join(said)))
-    tuner = {"name": "autotuning launches (Triton's tuner timing its configs)", "text": words}
-    tuner.update(marker={"color": PALE}, textposition="outside", showlegend=any(tuning))
     hover = {"customdata": [text(k.readable_name) for k in drawn]}
     hover["hovertemplate"] = "%{customdata}<br>%{x:.1%} of GPU time<extra></extra>"
-    widest = max(a + b for a, b in zip(own, tuning, strict=True))
-    right, axes = peak_panel(drawn, {"tickformat": ".0%", "range": [0, widest * 1.9]})
-    data = [
-        bar(own, name="your launches", marker={"color": BLUE}, showlegend=any(tuning), **hover),
-        bar(tuning, base=own, **tuner),  # from where the others end; its words at the total
-        *right,
-    ]
+    right, axes = peak_panel(drawn, {"tickformat": ".0%", "range": [0, max(own) * 1.9 or 1]})
+    style = {"marker": {"color": BLUE}, "text": words, "textposition": "outside"}
+    data = [bar(own, name="share of GPU time", showlegend=False, **style, **hover), *right]
     layout = {"barmode": "overlay", "bargap": 0.3, "legend": {"orientation": "h"}}
-    layout["showlegend"] = any(tuning) or len(right) > 1
+    layout["showlegend"] = len(right) > 1
     labels = rows_axis([shorten(k.readable_name) for k in drawn])
     fig = figure(data, height(len(drawn)), yaxis=labels, **layout, **axes)
     caption = ["GB/s and % of peak where Proton's launch hook counted bytes (HOOK=triton)."]
+    if any(k.tuning_ms for k in rows):
+        caption.append("Shares of the GPU time outside [autotuning] call sites.")
     return Figure("kernels", "Kernels", caption + count_rest(rows, len(drawn), "kernels"), fig)
 
 
@@ -235,25 +255,27 @@ def site_label(entry: dict) -> str:
 
 
 def draw_timeline(summary: Summary) -> Figure | None:
-    """Each call site's launches over its span as a strip of bins coloured by how busy."""
+    """Each call site's launches on one time axis: a strip of bins coloured by how busy, a
+    one-launch call site one mark of its duration."""
     entries = [e for e in summary.proton_timeline or [] if e.get("busy_by_bin")]
     if not (drawn := entries[:SITES]):
         return None
-    bins = len(drawn[0]["busy_by_bin"])
-    labels = [f"{i}. {site_label(e)}, bins of {e['bin_us']:.3g} us" for i, e in enumerate(drawn, 1)]
-    strip = {
-        "type": "heatmap",
-        "z": [e["busy_by_bin"] for e in drawn],
-        "x": [100 * (i + 0.5) / bins for i in range(bins)],
-        "zmin": 0,
-        "zmax": 1,
-        "colorscale": BLUES,
-        "colorbar": {"title": {"text": "busy"}, "tickformat": ".0%"},
-        "y": labels,
-        "hovertemplate": "%{y}<br>at %{x:.1f}% of its span: busy %{z:.0%}<extra></extra>",
-    }
-    span = {"title": {"text": "% of the call site's span"}}
-    fig = figure([strip], height(len(drawn)), yaxis={"autorange": "reversed"}, xaxis=span)
+    data = []
+    for at, e in enumerate(drawn):
+        start, width = e.get("start_ms", 0.0), e["bin_us"] / 1e3  # start: older summaries'
+        hover = f"{text(site_label(e))}<br>%{{x:.3f}} ms: busy %{{z:.0%}}<extra></extra>"
+        if e["launches"] == 1:  # a tick at its middle (seen however short), as wide as it
+            ms, hover = e["kernel_ms"], f"{text(site_label(e))}<br>%{{x:.3f}} ms<extra></extra>"
+            wide = {"type": "constant", "value": ms / 2, "width": 0, "color": BLUE}
+            data.append(markers([start + ms / 2], at, MARK, hover, error_x=wide))
+            continue
+        strip = {"z": [e["busy_by_bin"]], "y": [at], "hovertemplate": hover}
+        strip["x"] = [start + width * (i + 0.5) for i in range(len(e["busy_by_bin"]))]
+        data.append({**strip, **STRIP, "showscale": not any("z" in d for d in data)})
+    each = ["one launch" if e["launches"] == 1 else f"bins of {e['bin_us']:.3g} us" for e in drawn]
+    labels = rows_axis([f"{site_label(e)}, {w}" for e, w in zip(drawn, each, strict=True)])
+    span = {"title": {"text": "ms from the first launch"}}
+    fig = figure(data, height(len(drawn)), yaxis=labels, xaxis=span, showlegend=False)
     idle = [e.get("median_idle_us") for e in drawn]
     caption = [
         f"{site_label(e)}: {e['launches']} launches over {e['span_ms']:.3f} ms, busy "
@@ -261,7 +283,7 @@ def draw_timeline(summary: Summary) -> Figure | None:
         for e, gap in zip(drawn[:5], idle, strict=False)
     ]
     caption += [f"<b>{text(e['launch_bound'])}</b>" for e in entries if e.get("launch_bound")]
-    title = f"Timeline per call site ({bins} bins of each site's span)"
+    title = "Timeline per call site (each in 200 bins of its span; one launch, one mark)"
     return Figure("timeline", title, caption + count_rest(entries, SITES, "call sites"), fig)
 
 
@@ -320,7 +342,8 @@ def ratio_marker(at: int, row: Row) -> dict:
 
 
 def draw_comparison(summary: Summary) -> Figure | None:
-    """Each compared row: its trials as points, its ratio and interval by its verdict."""
+    """Each compared row on a log axis: its trials as points, its ratio and interval by its
+    verdict, a row on one side only as a point at 1; the gate's threshold as a line."""
     if not (diff := summary.proton_diff):
         return None
     rows = [diff.total, *diff.kernels[:TOP], *diff.callsites[:TOP]]  # GPU time first
@@ -330,13 +353,29 @@ def draw_comparison(summary: Summary) -> Figure | None:
         data += points(at, row.base_times_ms, row.base_ms, base=True)
         data += points(at, row.times_ms, row.base_ms, base=False)
         data += [ratio_marker(at, row)] if row.ratio is not None else []
-    xaxis = {"title": {"text": "time over the base's mean"}}
-    fig = figure(data, height(len(rows)), yaxis=rows_axis(labels), xaxis=xaxis, shapes=[RATIO_1])
+        if row.verdict in ("new", "gone"):
+            hover = f"{row.verdict}: {row.base_ms:.4f} -> {row.ms:.4f} ms<extra></extra>"
+            data.append(markers([1], at, {**DIAMOND, "color": "#9467bd"}, hover))
+    lines = [vline(1, len(rows), GREY, "a ratio of 1")]
+    if diff.fail_above is not None:
+        edge = 1 + diff.fail_above / 100
+        lines.append(vline(edge, len(rows), "#d62728", f"--fail-above {diff.fail_above:g}"))
+    xaxis = {"title": {"text": "time over the base's mean"}, "type": "log"}
+    fig = figure(lines + data, height(len(rows)), yaxis=rows_axis(labels), xaxis=xaxis)
     caption = [
         "Diamonds: now over the base, with the interval it was judged by; points: each "
         "trial's time, open the base's, filled now's (where the summary records them)."
     ]
+    caption += count_rest(diff.kernels, TOP, "kernels") + count_rest(
+        diff.callsites, TOP, "call sites"
+    )
     return Figure("compare", f"Compared with {text(diff.base)}", caption, fig)
+
+
+def vline(x: float, rows: int, colour: str, name: str) -> dict:
+    """A dotted line at x across rows, named on hover (a trace: a log axis reads it as data)."""
+    line = {"type": "scatter", "mode": "lines", "x": [x, x], "y": [-0.5, rows - 0.5]}
+    return {**line, "line": {"color": colour, "dash": "dot"}, "name": name, "hoverinfo": "name"}
 
 
 def draw_trials(summary: Summary) -> Figure | None:
@@ -349,21 +388,28 @@ def draw_trials(summary: Summary) -> Figure | None:
     labels = [f"{shorten(k.readable_name or k.name)}, cv {k.cv or 0:.1%}" for k in rows]
     xaxis = {"title": {"text": "time over the kernel's mean"}}
     fig = figure(data, height(len(rows)), yaxis=rows_axis(labels), xaxis=xaxis, shapes=[RATIO_1])
-    return Figure("trials", f"Trials: each kernel's time in each of {runs.n}", [], fig)
+    caption = count_rest(runs.kernels, TOP, "kernels")
+    return Figure("trials", f"Trials: each kernel's time in each of {runs.n}", caption, fig)
 
 
-VIEWS = (draw_kernels, draw_callsites, draw_comparison, draw_trials, draw_timeline, draw_ranks)
-VIEWS += (draw_scopes,)
+FIRST = (draw_comparison, draw_kernels)  # the first screen's, ahead of aorta's keys
+VIEWS = (draw_callsites, draw_trials, draw_timeline, draw_ranks, draw_scopes)
 
 
 def page(summary: Summary) -> str:
     """The page of summary, one HTML document with plotly's JavaScript inline, once."""
-    parts = draw_top(summary)
-    drawn = filter(None, (view(summary) for view in VIEWS))  # a view without its key: None
-    for i, (key, heading, caption, fig) in enumerate(drawn):
+    parts, inline = draw_top(summary), True
+    drawn = [view(summary) for view in FIRST] + [draw_facts(summary)]
+    drawn += [view(summary) for view in VIEWS]
+    for part in filter(None, drawn):  # a view without its key: None
+        if isinstance(part, str):
+            parts.append(part)
+            continue
+        key, heading, caption, fig = part
         parts += [f"<h2>{heading}</h2>", *(f'<p class="caption">{line}</p>' for line in caption)]
-        options = {"include_plotlyjs": i == 0, "full_html": False, "div_id": key}
+        options = {"include_plotlyjs": inline, "full_html": False, "div_id": key}
         parts.append(pio.to_html(fig, CONFIG, validate=False, **options))
+        inline = False
     title = html.escape(f"Proton summary: {summary.proton_artifact_dir}")
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'

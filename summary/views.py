@@ -146,6 +146,8 @@ def build_timeline(launches: list, sites: dict) -> list:
                 "source": site and site.source,
                 "launches": len(at),
                 "kernel_ms": sum(launches[i][1] - launches[i][0] for i in at) / 1e3,
+                "start_ms": (launches[at[0]][0] - launches[0][0]) / 1e3,  # from the first launch
+                "end_ms": (launches[last][1] - launches[0][0]) / 1e3,
                 "span_ms": span / 1e3,
                 "busy": (marks[last][1] - marks[at[0]][0]) / span if span > 0 else 1.0,
                 "median_idle_us": median(idle) if idle else None,
