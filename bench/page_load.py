@@ -82,14 +82,14 @@ def load_ms(driver, page):
 
 def screenshot(driver):
     """docs/report.png: the page of the README's fixture as Chromium draws it, made in a
-    run folder of its own (the page names its folder)."""
+    run folder of its own at a neutral path (the page names its folder), removed after."""
     from PIL import Image
     from PIL.PngImagePlugin import PngInfo
 
     fixture = MARKER.search((ROOT / "README.md").read_text())[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        run = Path(tmp) / "profiling_results" / "profile" / "latest"
-        run.mkdir(parents=True)
+    run = Path("/tmp/run")
+    run.mkdir()  # FileExistsError where one is there already: never another's folder
+    try:
         shutil.copy(ROOT / fixture, run)
         cmd = [sys.executable, str(ROOT / "parse_hatchet.py"), str(run), "-o", str(run / "s.json")]
         subprocess.run([*cmd, "--html", str(run / "report.html")], check=True)
@@ -101,6 +101,8 @@ def screenshot(driver):
         png = Image.open(io.BytesIO(driver.get_screenshot_as_png())).crop(
             (0, 0, WIDTH, int(height))
         )
+    finally:
+        shutil.rmtree(run)
     info = PngInfo()
     info.add_text("page", fixture)
     info.add_text("headline", headline)
