@@ -16,7 +16,7 @@ from summary.text import rank_notes
 AORTA_KEYS = ("proton_kernel_count", "proton_gpu_time_ms", "proton_top_kernel_ms")
 AORTA_KEYS += ("proton_top_kernels", "proton_artifact_dir")
 TOP = 30  # rows of a figure of bars or points; the caption counts the rest
-SITES = 40  # call sites drawn on the timeline, on one time axis
+SITES = 40  # call sites drawn on the timeline
 MOST = 200  # call sites in the icicle, ranks in their bars: a page's size is bounded
 LABEL = 60  # characters of a name on an axis; hover shows it whole
 ROW_PX, MARGIN_PX = 26, 110
@@ -132,17 +132,15 @@ def draw_top(summary: Summary) -> list[str]:
     gated = bool(diff) and diff.fail_above is not None
     state = f' class="{"fail" if diff.regressions else "pass"}"' if gated else ""
     parts = [f'<h1 id="headline"{state}>{html.escape(summary.headline or "")}</h1>']
-    top = (summary.proton_top_kernels or [None])[0]
-    if not diff and top and not (summary.headline or "").startswith(readable(summary, top) + ": "):
-        why = f"aorta's keys count every launch, and lead with {readable(summary, top)}"
+    top = (
+        summary.proton_kernels[0].readable_name if summary.proton_kernels else None
+    )  # aorta's first
+    if not diff and top and not (summary.headline or "").startswith(top + ": "):
+        why = f"aorta's keys count every launch, and lead with {top}"
         why += ": the headline leaves out the [autotuning] call sites (Triton's autotuner)."
         parts.append(f'<p class="caption" id="why">{html.escape(why)}</p>')
     parts += [f'<p class="gate">{html.escape(line)}</p>' for line in diff.gate] if gated else []
     return parts
-
-
-def readable(summary: Summary, name: str) -> str:
-    return next((k.readable_name for k in summary.proton_kernels if k.name == name), name)
 
 
 def draw_facts(summary: Summary) -> str:
@@ -366,10 +364,8 @@ def draw_comparison(summary: Summary) -> Figure | None:
         "Diamonds: now over the base, with the interval it was judged by; points: each "
         "trial's time, open the base's, filled now's (where the summary records them)."
     ]
-    caption += count_rest(diff.kernels, TOP, "kernels") + count_rest(
-        diff.callsites, TOP, "call sites"
-    )
-    return Figure("compare", f"Compared with {text(diff.base)}", caption, fig)
+    cut = count_rest(diff.kernels, TOP, "kernels") + count_rest(diff.callsites, TOP, "call sites")
+    return Figure("compare", f"Compared with {text(diff.base)}", caption + cut, fig)
 
 
 def vline(x: float, rows: int, colour: str, name: str) -> dict:
@@ -399,7 +395,7 @@ VIEWS = (draw_callsites, draw_trials, draw_timeline, draw_ranks, draw_scopes)
 def page(summary: Summary) -> str:
     """The page of summary, one HTML document with plotly's JavaScript inline, once."""
     parts, inline = draw_top(summary), True
-    drawn = [view(summary) for view in FIRST] + [draw_facts(summary)]
+    drawn = [*(view(summary) for view in FIRST), draw_facts(summary)]
     drawn += [view(summary) for view in VIEWS]
     for part in filter(None, drawn):  # a view without its key: None
         if isinstance(part, str):
