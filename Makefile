@@ -172,7 +172,7 @@ RUFF = $(call q,$(VENV)/bin/ruff)
 lint: setup ## ruff (lint and format), shellcheck, hadolint
 	$(RUFF) check . && $(RUFF) format --check . || { echo "make lint: make format fixes" \
 	  "the formatting and what ruff can fix itself" >&2; false; }
-	$(call q,$(VENV)/bin/shellcheck) profile.sh .ci/run bench/gpu-55.sh && $(call q,$(VENV)/bin/hadolint) Dockerfile
+	$(call q,$(VENV)/bin/shellcheck) profile.sh .ci/run bench/gpu.sh && $(call q,$(VENV)/bin/hadolint) Dockerfile
 
 format: setup ## ruff check --fix, then ruff format: what make lint would have you fix
 	$(RUFF) check --fix --exit-zero . && $(RUFF) format .

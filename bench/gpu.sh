@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# Issue 55 on one GPU: make test-gpu, then make bench QUACK=1 in three POINTS parts, each
-# under 10 minutes on an H100, joined by make bench-report MERGE; copies what each step
-# makes, its log and its time into OUT.
+# The example's GPU run on one card: make test-gpu, then make bench QUACK=1 in three POINTS
+# parts, each under 10 minutes on an H100, joined by make bench-report MERGE; copies what
+# each step makes, its log and its time into OUT.
 #
-#   OUT=folder bench/gpu-55.sh [STEP...]
+#   OUT=folder bench/gpu.sh [STEP...]
 #
-# Steps, in this order when none is named (estimated from the points and rounds: 15 to 25
-# minutes on an H100; the logs' steps.txt says what each took):
-#   test    make test-gpu                               (4-6 min)
-#   rows    make bench POINTS=rows: 36 points           (5-8 min: Inductor compiles each)
-#   logits  make bench POINTS=logits: 40 points         (4-7 min: QuACK compiles each)
+# Steps, in this order when none is named (the logs' steps.txt says what each took; on an
+# H100 with QuACK, rows took 169 s and logits 155 s; make test-gpu took 140 s on an H200):
+#   test    make test-gpu
+#   rows    make bench POINTS=rows: 36 points, Inductor compiling each
+#   logits  make bench POINTS=logits: 40 points, QuACK compiling each
 #   rest    make bench POINTS=backward,host,profiling   (2-4 min)
 #   report  make bench-report MERGE=the three parts: bench/results/<device>.json, .md,
 #           plots and docs/performance.md, copied into OUT/results
 # and one more, only when named:
 #   ab      make ab of softmax.py without its streamed store (.cs) against it (2-3 min)
 # Each step stops at 590 s, so that it fits one 10-minute command. The parts wait in
-# PARTS (relative to the checkout; default profiling_results/gpu-55: ignored by git, so
+# PARTS (relative to the checkout; default profiling_results/gpu: ignored by git, so
 # kept between commands on one machine), beside quack, which says whether QuACK could be installed: if not, it is
 # left out of every part and said so. Exit status: 0 every step passed, 1 one failed, 2
 # no OUT or a step unknown.
@@ -26,13 +26,13 @@ steps=("$@")
 [[ $# -gt 0 ]] || steps=(test rows logits rest report)
 for s in "${steps[@]}"; do
   [[ " test rows logits rest report ab " == *" $s "* ]] ||
-    { echo "gpu-55: no step '$s': test rows logits rest report ab" >&2 && exit 2; }
+    { echo "gpu: no step '$s': test rows logits rest report ab" >&2 && exit 2; }
 done
-[[ -n ${OUT:-} ]] || { echo "gpu-55: set OUT to the folder that receives the results" >&2 && exit 2; }
+[[ -n ${OUT:-} ]] || { echo "gpu: set OUT to the folder that receives the results" >&2 && exit 2; }
 out=$(realpath -m -- "$OUT")
 unset OUT # make's own OUT stays its default for what the steps start
 cd -- "$(dirname -- "$0")/.."
-parts=$(realpath -m -- "${PARTS:-profiling_results/gpu-55}")
+parts=$(realpath -m -- "${PARTS:-profiling_results/gpu}")
 py=${VENV:-.venv}/bin/python
 mkdir -p -- "$out" "$parts"
 failed=0
@@ -41,7 +41,7 @@ failed=0
 step() {
   local name=$1 start=$SECONDS rc=0
   shift
-  echo "gpu-55: $name: $*"
+  echo "gpu: $name: $*"
   timeout 590 "$@" >"$out/$name.log" 2>&1 || rc=$?
   echo "$name rc=$rc seconds=$((SECONDS - start))" | tee -a "$out/steps.txt"
   tail -n 3 -- "$out/$name.log"
@@ -60,7 +60,7 @@ bench() { # bench POINTS NAME: one part, kept in PARTS and copied into OUT/parts
     step quack make setup "${VENV:-.venv}/.bench-quack" && quack=1
     echo "$quack" >"$parts/quack"
   fi
-  [[ -s $parts/quack ]] || echo "gpu-55: QuACK could not be installed (quack.log): left out"
+  [[ -s $parts/quack ]] || echo "gpu: QuACK could not be installed (quack.log): left out"
   file=$(part "$1")
   step "$2" make bench POINTS="$1" QUACK="$(cat -- "$parts/quack")" || failed=1
   if [[ -f $file ]]; then
@@ -73,7 +73,7 @@ report() { # the parts back into bench/results, merged there, and what that wrot
   for p in rows logits backward,host,profiling; do
     file=$(part "$p")
     if ! cp -- "$parts/$(basename -- "$file")" bench/results/; then
-      echo "gpu-55: no $p part in $parts: run its step first" >&2
+      echo "gpu: no $p part in $parts: run its step first" >&2
       failed=1
       return
     fi
@@ -92,7 +92,7 @@ ab() { # base: this tree with its store not streamed; now: this tree
     tar -xf - -C "$base"
   sed -i 's/, cache_modifier=".cs")/)/' "$base/softmax.py"
   if grep -q 'cache_modifier=".cs"' "$base/softmax.py"; then
-    echo "gpu-55: softmax.py's store is not where ab looks for it" >&2
+    echo "gpu: softmax.py's store is not where ab looks for it" >&2
     failed=1
     return
   fi
