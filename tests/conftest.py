@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -51,3 +52,13 @@ def run(*args, env=None, cwd=ROOT):
         text=True,
         timeout=600,
     )
+
+
+def recipe(tmp_path, trials=None, proton="{}"):
+    """The shipped recipe with proton's keys (YAML) set, in a file of its own."""
+    data = yaml.safe_load((ROOT / "recipe.yaml").read_text())
+    data["collect"]["proton"].update(yaml.safe_load(proton))
+    data["trials"] = data["trials"] if trials is None else trials
+    path = tmp_path / f"recipe-{len(list(tmp_path.glob('recipe-*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path

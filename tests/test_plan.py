@@ -12,23 +12,13 @@ import pytest
 import yaml
 
 import profile_run
-from conftest import ROOT
+from conftest import ROOT, recipe
 from summary import Refused
 from summary import plan as pl
 from summary import recipe as rc
 
 LAUNCH = str(ROOT / "proton_launch.py")
 HOST = pl.Host(here=str(ROOT), cwd="/work", stamp="20260101T000000Z-1", gpu=True)
-
-
-def recipe(tmp_path, trials=None, proton="{}"):
-    """The shipped recipe with proton's keys (YAML) set, in a file of its own."""
-    data = yaml.safe_load((ROOT / "recipe.yaml").read_text())
-    data["collect"]["proton"].update(yaml.safe_load(proton))
-    data["trials"] = data["trials"] if trials is None else trials
-    path = tmp_path / f"recipe-{len(list(tmp_path.glob('recipe-*.yaml')))}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def planned(command="python mine.py", recipe=None, host=HOST, **options):

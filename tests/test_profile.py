@@ -29,7 +29,7 @@ import yaml
 
 import profile_run
 import proton_launch
-from conftest import ROOT, run
+from conftest import ROOT, recipe, run
 from summary import plan as pl
 
 PROFILE = ROOT / "profile.sh"
@@ -67,16 +67,6 @@ def words(text, folder="RUN"):
     run's folder) spelled out."""
     named = {"PY": PY, "LAUNCH": LAUNCH, "SUMMARISER": str(ROOT / "parse_hatchet.py")}
     return [named.get(word, word).replace("RUN", folder) for word in shlex.split(text)]
-
-
-def recipe(tmp_path, trials=None, proton="{}"):
-    """The shipped recipe with proton's keys (YAML) set, in a file of its own."""
-    data = yaml.safe_load((ROOT / "recipe.yaml").read_text())
-    data["collect"]["proton"].update(yaml.safe_load(proton))
-    data["trials"] = data["trials"] if trials is None else trials
-    path = tmp_path / f"recipe-{len(list(tmp_path.glob('recipe-*.yaml')))}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def dry_run(*args, **kw):
