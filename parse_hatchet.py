@@ -295,7 +295,6 @@ def saved(path: str) -> Summarized:
         summary = from_json(Path(path).read_bytes())
     except (OSError, ValueError) as e:
         raise Refused(f"{path[:200]}: {getattr(e, 'strerror', None) or e}") from None
-    summary.proton_trials = summary.proton_diff = summary.headline = UNSET  # made again
     return Summarized(summary, None if summary.proton_unread is not UNSET else "empty")
 
 
@@ -351,6 +350,9 @@ def compare_with_base(
         raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds others")
     inputs |= set(base_found.seen)
     sides = [[s.summary for s in side] for side in (base, done)]
+    for side, path in zip(sides, (args.diff, args.paths[0]), strict=True):
+        if len(side) == 1 and side[0].proton_trials:  # a summary.json: its trials not kept
+            raise Refused(f"{path[:200]} is a run of trials, saved: compare its run's folder")
     if problem := problem or compare.find_unfit_base(sides[0]):
         return UNSET, f"--diff {args.diff[:200]}: {problem}"
     # The two sides of one make ab run: its now and base folders, beside the order it ran them.

@@ -388,3 +388,24 @@ def test_a_saved_summary_draws_its_page_and_compares(tmp_path):
     (tmp_path / "bad.json").write_text("[1]")
     p = cli(tmp_path / "bad.json")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a summary.json" in p.stderr
+
+
+def test_a_saved_comparison_and_run_of_trials_keep_what_they_hold(tmp_path):
+    edit = FIXTURES / "h100-ab-edit"
+    compared, trials = tmp_path / "compared.json", tmp_path / "trials.json"
+    assert ph.main([str(edit / "now"), "--diff", str(edit / "base"), "-o", str(compared)]) == 0
+    assert ph.main([str(FIXTURES / "h200-trials" / "base"), "-o", str(trials)]) == 0
+    again = tmp_path / "again.json"
+    assert cli(compared, "-o", again, "--html", tmp_path / "p.html").returncode == 0
+    first, second = json.loads(compared.read_text()), json.loads(again.read_text())
+    assert second["proton_diff"] == first["proton_diff"]
+    assert second["headline"] == first["headline"] and "slower" in second["headline"]
+    assert "slower" in (tmp_path / "p.html").read_text()
+    assert (
+        json.loads(cli(trials).stdout)["proton_trials"]
+        == json.loads(trials.read_text())["proton_trials"]
+    )
+    for args in ((trials, "--diff", FIXTURES / "h200-trials" / "slower"), (HOOK, "--diff", trials)):
+        p = cli(*args)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+        assert "is a run of trials, saved" in p.stderr
