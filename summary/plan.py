@@ -180,7 +180,9 @@ def launched(options: Options, recipe: Recipe, host: Host, ab: bool) -> tuple:
     start = next((command[:at] for at, word in enumerate(command) if word.endswith(".py")), [])
     if not start:
         raise Refused("the command must run a .py script through its interpreter or launcher")
-    alone = start == [options.python]
+    # The interpreter alone, its own options (-u, -X dev) included, unless it runs a
+    # launcher's module (-m torch.distributed.run).
+    alone = start[0] == options.python and "-m" not in start
     launch = [*start, os.path.join(host.here, "proton_launch.py")]
     launch += ([] if alone else ["--ranked"]) + (["--env"] if recipe.mode == "env" else [])
     if ab and "/" in launch[0]:  # the base runs elsewhere: the interpreter by its whole path

@@ -235,3 +235,17 @@ def test_profile_sh_s_arguments_become_options_and_the_plan_follows_them():
     for value in ("9" * 5000, "1000", "0"):  # refused in one line, never a traceback
         with pytest.raises(Refused, match="--trials takes 1 to 999"):
             pl.parse("python", ["--trials", value, "--", "python", "x.py"])
+
+
+@pytest.mark.parametrize(
+    "command, ranked",
+    [
+        ("python mine.py", False),
+        ("python -u -X dev mine.py", False),  # the interpreter's own options: still alone
+        ("python -m torch.distributed.run --nproc-per-node 2 -- mine.py", True),
+        ("torchrun --nproc-per-node 2 mine.py", True),
+    ],
+)
+def test_only_a_launcher_names_each_rank_s_capture(command, ranked):
+    (trial,) = planned(command).trials
+    assert ("--ranked" in trial.command) == ranked
