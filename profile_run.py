@@ -199,7 +199,8 @@ def execute(plan: Plan, options: Options) -> int:
                 f.write(f"{trial.side} trial{trial.number}\n")
         if status := children.run(trial.command, trial.cwd):
             raise Failed(status, f"error: the command exited {status}; no summary written")
-        if not glob.glob(os.path.join(glob.escape(trial.folder), f"proton*.{plan.capture}")):
+        found = glob.glob(os.path.join(glob.escape(trial.folder), f"proton*.{plan.capture}*"))
+        if not found:  # .hatchet, .hatchet_msgpack (format=), any ranked or gzipped
             raise Failed(1, f"error: no {trial.folder[:200]}/proton.{plan.capture}: {NO_CAPTURE}")
     write_provenance(plan)
     status = children.run(plan.summarise)

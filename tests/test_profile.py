@@ -1025,3 +1025,10 @@ def test_gpu_a_cuda_graph_s_replays_are_counted_alike_in_tree_and_trace(tmp_path
 def test_gpu_hidden_by_a_device_variable_is_refused(tmp_path, hidden):
     p = profile("--output", tmp_path / "o", "--", PY, PAYLOAD, env={"CUDA_VISIBLE_DEVICES": hidden})
     one_line_refusal(p, "no GPU visible")
+
+
+def test_a_message_pack_capture_is_the_run_s_capture(tmp_path):
+    p = fake_run(tmp_path, FIXTURES / "handmade-graph-replay.hatchet_msgpack")
+    assert p.returncode == 0, p.stderr
+    (run,), _, _ = runs(tmp_path)
+    assert summary(run)["proton_kernel_count"] > 0

@@ -3,8 +3,8 @@ copies each capture it is given to where Proton would write it, $AORTA_PROTON_NA
 
     python fake_proton.py [WORD ...]
 
-Words: a .hatchet or .chrome_trace file, copied (by rank 0 alone under a launcher); a
-word ending in "fail", exit 7 at once; "env FILE", writes the AORTA_PROTON_* and device
+Words: a .hatchet, .hatchet_msgpack or .chrome_trace file, copied (by rank 0 alone under a
+launcher); a word ending in "fail", exit 7 at once; "env FILE", writes the AORTA_PROTON_* and device
 variables it was given, and whether triton.profiler was imported before it ran, to FILE
 as JSON; "read", prints "read: " and a line of stdin; "wait FILE SECONDS", writes its pid
 to FILE, then waits SECONDS, or, from SIGINT, SIGTERM or SIGHUP on, half a second (as
@@ -61,6 +61,8 @@ def main():
         ext = ".chrome_trace" if env["AORTA_PROTON_DATA"] == "trace" else ".hatchet"
         for capture in [word for word in words if word.endswith((".hatchet", ".chrome_trace"))]:
             shutil.copy(capture, env["AORTA_PROTON_NAME"] + ext)
+        for capture in [word for word in words if word.endswith(".hatchet_msgpack")]:
+            shutil.copy(capture, env["AORTA_PROTON_NAME"] + ".hatchet_msgpack")  # format=msgpack
     if got:
         with open(words[words.index("wait") + 1] + ".ended", "w") as f:
             f.write(" ".join(got))
