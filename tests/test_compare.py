@@ -470,7 +470,7 @@ def test_without_a_gate_a_regression_exits_0_and_says_so_first(tmp_path):
         "softmax_kernel: 2.000x slower (0.128 -> 0.257 ms)"
     )
     md = (tmp_path / "c.md").read_text()
-    assert "| softmax_kernel | 0.1283 | 0.2566 | 2.000 |  | 1/1 | slower |" in md
+    assert "| softmax\\_kernel | 0.1283 | 0.2566 | 2.000 |  | 1/1 | slower |" in md
     assert "Gate: none." in md
 
 
@@ -481,7 +481,7 @@ def test_no_traceback_from_any_kernel_name(tmp_path):
     p = cli(cur, "--diff", base, "--table", "--fail-above", "5", "--markdown", tmp_path / "c.md")
     assert p.returncode == 3 and "Traceback" not in p.stderr
     assert p.stdout.startswith("k\\nforged line | [4x8]: 2.000x slower")
-    assert "k\\nforged line \\| [4x8]" in (tmp_path / "c.md").read_text()
+    assert "k\\\\nforged line \\| \\[4x8\\]" in (tmp_path / "c.md").read_text()
 
 
 def test_new_and_gone_kernels(tmp_path):
