@@ -2,7 +2,6 @@
 
 import math
 import os
-import re
 
 from msgspec import UNSET
 
@@ -138,11 +137,13 @@ def markdown(d: Comparison) -> str:
     return "\n".join([*lines, "", d.gate[0], ""])
 
 
-def escape(text: str) -> str:
-    """Text as Markdown that renders as itself on GitHub: each character that could start
-    markup inline backslash-escaped (`<module>` no HTML tag, `__call__` not bold, `|` no
-    cell's end, `[` no link, `&` no entity)."""
-    return re.sub(r"([\\`*_<>[\]|~&])", r"\\\1", printable(text))
+# Each character that could start markup inline on GitHub, backslash-escaped: `<module>` no
+# HTML tag, `__call__` not bold, `|` no cell's end, `[` no link, `&` no entity.
+MARKUP = str.maketrans({c: "\\" + c for c in "\\`*_<>[]|~&"})
+
+
+def escape(text: str) -> str:  # as Markdown that renders as itself
+    return printable(text).translate(MARKUP)
 
 
 def timeline_table(summary: Summary, top: int) -> list:

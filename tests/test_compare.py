@@ -663,6 +663,15 @@ def test_a_slower_kernel_on_the_h100_is_slower_and_fails_a_5_percent_gate():
     assert "regression: softmax_kernel: 2.165x slower" in p.stderr
 
 
+def test_swapped_sides_of_one_ab_run_are_refused_naming_the_right_order(tmp_path):
+    run = AB[1]  # its order file: base and now, trial by trial
+    for given, base in (("base", "now"), ("now", "now")):
+        p = cli(run / given, "--diff", run / base, "--markdown", tmp_path / "c.md")
+        assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1
+        assert p.stderr.endswith(f"out of order: compare {run}/now --diff {run}/base\n")
+    assert not (tmp_path / "c.md").exists()
+
+
 def test_the_first_line_names_the_band_the_rows_were_judged_at():
     run = AB[0]
     p = cli(run / "now", "--diff", run / "base", "--fail-above", "1")
