@@ -353,10 +353,7 @@ def compare_with_base(
     sides = [[s.summary for s in side] for side in (base, done)]
     if problem := problem or compare.find_unfit_base(sides[0]):
         return UNSET, f"--diff {args.diff[:200]}: {problem}"
-    # The two sides of one make ab run: its now and base folders, beside the order it ran them.
-    ab_run, paths = Path(args.diff).resolve().parent, args.paths
-    ab = len(paths) == 1 and Path(paths[0]).resolve().parent == ab_run
-    ab = ab and (ab_run / "order").is_file()
+    ab = ab_sides(args)
     if refused := compare.find_refusal(*sides, ab, args.any_device):
         raise Refused(f"--diff {args.diff[:200]}: {refused}")
     given = {k: getattr(args, k) for k in compare.Gate._fields}
@@ -381,22 +378,24 @@ def refuse_shared_outputs(args: argparse.Namespace) -> None:
         taken[key] = output
 
 
-def refuse_swapped_sides(args: argparse.Namespace) -> None:
-    """Refuses the sides of one make ab run (its folder holds base, now and order) given
-    other than now --diff base."""
+def ab_sides(args: argparse.Namespace) -> bool:
+    """Whether PATH and --diff are the two sides of one make ab run (its now and base
+    folders, beside the order it ran them in); refused given other than now --diff base."""
     if args.diff is None or len(args.paths) > 1:
-        return
+        return False
     now, base = Path(args.paths[0]).resolve(), Path(args.diff).resolve()
-    ab_run, names = now.parent, (now.name, base.name)
-    if base.parent == ab_run and (ab_run / "order").is_file() and names != ("now", "base"):
+    if base.parent != now.parent or not (now.parent / "order").is_file():
+        return False
+    if (now.name, base.name) != ("now", "base"):
         right = f"{Path(args.paths[0]).parent / 'now'} --diff {Path(args.diff).parent / 'base'}"
         given = f"{args.paths[0][:200]} --diff {args.diff[:200]}"
         raise Refused(f"{given}: sides of one make ab run out of order: compare {right}")
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
     refuse_shared_outputs(args)
-    refuse_swapped_sides(args)
+    ab_sides(args)  # refused before the summaries are made
     done, problem, found = summaries(args.paths, args.world_size, ceilings(args.ceiling))
     inputs = set(found.seen)
     output = None if args.output == "-" else args.output
