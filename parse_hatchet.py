@@ -250,7 +250,7 @@ def parser() -> Parser:
     )
     p.add_argument("--same", type=parse_percent, metavar="PCT", help="within it: same (2)")
     p.add_argument("--any-device", action="store_true", help="compare across devices")
-    p.add_argument("--markdown", metavar="FILE", help="also write the comparison here")
+    p.add_argument("--markdown", metavar="FILE", help="also write the comparison here (-: stdout)")
     return p
 
 
@@ -309,8 +309,8 @@ def summaries(
         return [done], done.problem and f"{paths[0][:200]}: nothing summarised in it", found
     for given in paths:  # make ab's run folder: its two sides, by the order they ran in
         if (Path(given) / "order").is_file():
-            side = os.path.join(given, "now")
-            raise Refused(f"{given[:200]} holds both sides of a make ab run: give {side[:200]}")
+            sides = f"{os.path.join(given, 'now')} --diff {os.path.join(given, 'base')}"
+            raise Refused(f"{given[:200]} holds both sides of a make ab run: compare {sides}")
     found = files.find(paths)
     if len({files.kind(path) for path in found.files}) > 1:
         raise Refused("trees and traces together are captures of different runs: summarise apart")
@@ -355,10 +355,7 @@ def compare_with_base(
             raise Refused(f"{path[:200]} is a run of trials, saved: compare its run's folder")
     if problem := problem or compare.find_unfit_base(sides[0]):
         return UNSET, f"--diff {args.diff[:200]}: {problem}"
-    # The two sides of one make ab run: its now and base folders, beside the order it ran them.
-    ab_run, paths = Path(args.diff).resolve().parent, args.paths
-    ab = len(paths) == 1 and Path(paths[0]).resolve().parent == ab_run
-    ab = ab and (ab_run / "order").is_file()
+    ab = ab_sides(args)
     if refused := compare.find_refusal(*sides, ab, args.any_device):
         raise Refused(f"--diff {args.diff[:200]}: {refused}")
     given = {k: getattr(args, k) for k in compare.Gate._fields}
@@ -366,13 +363,44 @@ def compare_with_base(
     return compare.diff(*sides, args.diff, gate, ab), None
 
 
+def refuse_shared_outputs(args: argparse.Namespace) -> None:
+    """Refuses two outputs onto one file, stdout (-) included, before any is written."""
+    outputs = {
+        "the tables": "-" if args.table else None,
+        "the JSON": args.output or (None if args.table else "-"),  # stdout, unless tables
+        "the folded stacks": args.folded,
+        "the page": args.html,
+        "the comparison": args.markdown,
+    }
+    taken = {}
+    for output, path in outputs.items():
+        key = path if path in ("-", None) else os.path.realpath(path)
+        if path is not None and key in taken:
+            raise Refused(f"{taken[key]} and {output} name one file, {path[:200]}")
+        taken[key] = output
+
+
+def ab_sides(args: argparse.Namespace) -> bool:
+    """Whether PATH and --diff are the two sides of one make ab run (its now and base
+    folders, beside the order it ran them in); refused given other than now --diff base."""
+    if args.diff is None or len(args.paths) > 1:
+        return False
+    now, base = Path(args.paths[0]).resolve(), Path(args.diff).resolve()
+    if base.parent != now.parent or not (now.parent / "order").is_file():
+        return False
+    if (now.name, base.name) != ("now", "base"):
+        right = f"{Path(args.paths[0]).parent / 'now'} --diff {Path(args.diff).parent / 'base'}"
+        given = f"{args.paths[0][:200]} --diff {args.diff[:200]}"
+        raise Refused(f"{given}: sides of one make ab run out of order: compare {right}")
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
+    refuse_shared_outputs(args)
+    ab_sides(args)  # refused before the summaries are made
     done, problem, found = summaries(args.paths, args.world_size, ceilings(args.ceiling))
     inputs = set(found.seen)
     output = None if args.output == "-" else args.output
-    outputs = [os.path.realpath(path) for path in (output, args.folded, args.html) if path]
-    if len(set(outputs)) < len(outputs):
-        raise Refused("-o, --folded and --html name one file")
     summary = done[0].summary
     if not problem and len(done) > 1:
         summary.proton_trials = views.spread_trials([s.summary for s in done])
@@ -386,7 +414,9 @@ def run(args: argparse.Namespace) -> int:
     status = 1 if unread else 3 if summary.proton_diff and summary.proton_diff.regressions else 0
     if output is not None:
         files.write_output(output, to_json(summary), inputs)
-    if args.markdown is not None:  # --markdown needs --diff
+    if args.markdown == "-":  # --markdown needs --diff; stdout, where no other output goes
+        files.emit(text.markdown(summary.proton_diff).encode("utf-8", "backslashreplace"), 0)
+    elif args.markdown is not None:
         files.write_output(args.markdown, text.markdown(summary.proton_diff), inputs)
     for line in summary.proton_diff.gate[1:] if status == 3 else []:
         say(line)

@@ -123,23 +123,27 @@ def across(d: Comparison) -> str:  # what every line says of a comparison across
 
 
 def markdown(d: Comparison) -> str:
-    """The comparison for a CI job's step summary: the first line, each judged row, the gate."""
-
-    def cell(text: str) -> str:
-        return printable(text).replace("|", "\\|")
-
-    lines = [f"**{cell(d.first_line)}**", "", f"Against `{cell(d.base)}`{across(d)}.", ""]
+    """The comparison for a CI job's step summary: the first line, each row, the gate."""
+    lines = [f"**{escape(d.first_line)}**", "", f"Against {escape(d.base)}{across(d)}.", ""]
     lines += ["| row | base ms | ms | ratio | interval | trials | verdict |"]
     lines += ["| --- | ---: | ---: | ---: | --- | ---: | --- |"]
-    for r in [d.total, *d.kernels, *d.callsites]:
-        if r.verdict in ("same", "slower", "faster", "inconclusive"):
-            ratio = "" if r.ratio is None else f"{r.ratio:.3f}"
-            span = "" if r.low is None else f"{r.low:.3f}-{r.high:.3f}"
-            lines.append(
-                f"| {cell(r.label())}{across(d)} | {r.base_ms:.4f} | {r.ms:.4f} | {ratio} "
-                f"| {span} | {r.n_base}/{r.n} | {r.verdict} |"
-            )
+    for r in [d.total, *d.kernels, *d.callsites]:  # new and gone rows too
+        ratio = "" if r.ratio is None else f"{r.ratio:.3f}"
+        span = "" if r.low is None else f"{r.low:.3f}-{r.high:.3f}"
+        lines.append(
+            f"| {escape(r.label())}{across(d)} | {r.base_ms:.4f} | {r.ms:.4f} | {ratio} "
+            f"| {span} | {r.n_base}/{r.n} | {r.verdict} |"
+        )
     return "\n".join([*lines, "", d.gate[0], ""])
+
+
+# Each character that could start markup inline on GitHub, backslash-escaped: `<module>` no
+# HTML tag, `__call__` not bold, `|` no cell's end, `[` no link, `&` no entity.
+MARKUP = str.maketrans({c: "\\" + c for c in "\\`*_<>[]|~&"})
+
+
+def escape(text: str) -> str:  # as Markdown that renders as itself
+    return printable(text).translate(MARKUP)
 
 
 def timeline_table(summary: Summary, top: int) -> list:

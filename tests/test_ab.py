@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from conftest import ROOT, run
+from summary.text import escape
 
 FAKE = ROOT / "tests" / "payloads" / "fake_proton.py"  # writes a given capture as Proton would
 PY = sys.executable
@@ -93,7 +94,7 @@ def test_make_ab_interleaves_trials_of_both_sides_and_compares_them(tmp_path):
     d = json.loads((run_ / "compare.json").read_text())["proton_diff"]
     assert d["interleaved"] and "not interleaved" not in d["first_line"]
     assert d["first_line"].startswith("add_kernel: 2.000x slower") and d["regressions"]
-    assert (run_ / "compare.md").read_text().startswith(f"**{d['first_line']}**")
+    assert (run_ / "compare.md").read_text().startswith(f"**{escape(d['first_line'])}**")
     assert (run_ / "report.html").read_text().startswith("<!DOCTYPE html>")  # its page
     # Each side's provenance, written from the run's plan, reaches the compare and its page.
     compared = json.loads((run_ / "compare.json").read_text())

@@ -470,7 +470,7 @@ def test_without_a_gate_a_regression_exits_0_and_says_so_first(tmp_path):
         "softmax_kernel: 2.000x slower (0.128 -> 0.257 ms)"
     )
     md = (tmp_path / "c.md").read_text()
-    assert "| softmax_kernel | 0.1283 | 0.2566 | 2.000 |  | 1/1 | slower |" in md
+    assert "| softmax\\_kernel | 0.1283 | 0.2566 | 2.000 |  | 1/1 | slower |" in md
     assert "Gate: none." in md
 
 
@@ -481,7 +481,7 @@ def test_no_traceback_from_any_kernel_name(tmp_path):
     p = cli(cur, "--diff", base, "--table", "--fail-above", "5", "--markdown", tmp_path / "c.md")
     assert p.returncode == 3 and "Traceback" not in p.stderr
     assert p.stdout.startswith("k\\nforged line | [4x8]: 2.000x slower")
-    assert "k\\nforged line \\| [4x8]" in (tmp_path / "c.md").read_text()
+    assert "k\\\\nforged line \\| \\[4x8\\]" in (tmp_path / "c.md").read_text()
 
 
 def test_new_and_gone_kernels(tmp_path):
@@ -661,6 +661,15 @@ def test_a_slower_kernel_on_the_h100_is_slower_and_fails_a_5_percent_gate():
     assert p.returncode == 3 and k["verdict"] == "slower" and k["low"] > 2
     assert d["first_line"].startswith("softmax_kernel: 2.165x slower")
     assert "regression: softmax_kernel: 2.165x slower" in p.stderr
+
+
+def test_swapped_sides_of_one_ab_run_are_refused_naming_the_right_order(tmp_path):
+    run = AB[1]  # its order file: base and now, trial by trial
+    for given, base in (("base", "now"), ("now", "now")):
+        p = cli(run / given, "--diff", run / base, "--markdown", tmp_path / "c.md")
+        assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1
+        assert p.stderr.endswith(f"out of order: compare {run}/now --diff {run}/base\n")
+    assert not (tmp_path / "c.md").exists()
 
 
 def test_the_first_line_names_the_band_the_rows_were_judged_at():

@@ -1438,9 +1438,40 @@ def test_mistaken_outputs_and_ceilings_are_one_line(tmp_path):
 
 def test_a_make_ab_run_folder_is_never_summed_as_one_run():
     run = FIXTURES / "h100-ab-aa"  # base and now: 5 trials each, one provenance
-    p = cli(run)
-    assert p.returncode == 2 and p.stdout == ""
-    assert (
-        p.stderr
-        == f"parse_hatchet: error: {run} holds both sides of a make ab run: give {run}/now\n"
-    )
+    for given in ([run], [run / "now", "--diff", run]):
+        p = cli(*given)
+        assert p.returncode == 2 and p.stdout == ""
+        assert p.stderr == (
+            f"parse_hatchet: error: {run} holds both sides of a make ab run: "
+            f"compare {run}/now --diff {run}/base\n"
+        )
+    advised = cli(*p.stderr.split(": compare ")[1].split())  # now against base
+    assert json.loads(advised.stdout)["proton_diff"]["base"] == f"{run}/base"
+
+
+def test_outputs_of_one_run_never_share_a_file(tmp_path):
+    capture = write(tmp_path / "t.hatchet", GOOD)
+    s, page = tmp_path / "s.json", tmp_path / "p.html"
+    (tmp_path / "link.json").symlink_to(s)
+    for given in (
+        ["-o", s, "--folded", s],
+        ["-o", tmp_path / "link.json", "--html", s],
+        ["--folded", page, "--html", page],
+        ["--diff", capture, "-o", s, "--markdown", s],
+        ["--diff", capture, "--html", page, "--markdown", page],
+        ["--diff", capture, "--markdown", "-"],  # stdout: the JSON's
+        ["--diff", capture, "--table", "--markdown", "-"],
+        ["--table", "-o", "-"],
+    ):
+        p = run(sys.executable, ROOT / "parse_hatchet.py", capture, *given, cwd=tmp_path)
+        assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, given
+        assert "name one file" in p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["link.json", "t.hatchet"]  # nothing written
+
+
+def test_markdown_dash_is_stdout(tmp_path):
+    capture = write(tmp_path / "t.hatchet", GOOD)
+    given = [capture, "--diff", capture, "-o", tmp_path / "s.json", "--markdown", "-"]
+    p = run(sys.executable, ROOT / "parse_hatchet.py", *given, cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.startswith("**no change")
+    assert "| k | " in p.stdout and not (tmp_path / "-").exists()
