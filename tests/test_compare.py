@@ -705,7 +705,7 @@ def test_first_line_rule_6_names_the_new_or_gone_kernel_that_moves_the_most(tmp_
 
 def test_matching_call_sites_grows_as_n_log_n():
     # Sites of one file and function, each side's lines shifted and kernels varied: 4x the
-    # sites costs about 4x the time (quadratic matching would cost 16x).
+    # sites costs about 5x the time by n log n (quadratic matching would cost 16x).
     def side(n, shift):
         sites = [
             {
@@ -726,8 +726,13 @@ def test_matching_call_sites_grows_as_n_log_n():
         assert len(pairs) == n and not tied
         return time.perf_counter() - start
 
-    small, large = min(seconds(500) for _ in range(3)), min(seconds(2000) for _ in range(3))
-    assert large < 1.0 and large / small < 8, (small, large)
+    # Interleaved rounds, the fastest of each kept: another process's load falls on both.
+    times = {500: [], 2000: []}
+    for _ in range(5):
+        for n, taken in times.items():
+            taken.append(seconds(n))
+    small, large = min(times[500]), min(times[2000])
+    assert large < 1.0 and large / small < 10, (small, large)
 
 
 def test_t_quantiles_match_mpmath_to_1e_12_and_are_fast():
