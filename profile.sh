@@ -12,8 +12,8 @@
 # COMMAND: a .py script after its interpreter or a launcher; GATE: --fail-above PCT,
 # --min-ms MS, --any-device. docs/profiling.md tells each option and folder.
 # Exit status: 0 summarised (compared: no regression); the command's own; 1 no capture;
-# parse_hatchet.py's own (1: a capture or rank not read; 3: a regression past
-# --fail-above); 2 usage; 129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM.
+# parse_hatchet.py's own where it fails or finds a regression past --fail-above (its
+# statuses: docs/summary.md); 2 usage; 129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM.
 set -euo pipefail
 
 if [[ ${1-} == -h || ${1-} == --help ]]; then  # the lines above
