@@ -5,6 +5,7 @@ signals reach, the provenance, the summariser, the links. docs/profiling.md draw
 
 import glob
 import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ NO_CAPTURE = (
     "the run wrote no profile (Triton 3.6 writes none when the script raises or calls "
     "sys.exit; in env mode the script calls proton.start() and proton.finalize())"
 )
+SUMMARISER_NEEDS = ("msgspec", "cxxfilt", "plotly")  # of requirements.txt
 # The distributions a platform installs them as (ROCm's wheels name Triton their own way).
 PACKAGES = {"triton": ["triton", "pytorch-triton-rocm", "pytorch-triton"], "torch": ["torch"]}
 
@@ -65,13 +67,19 @@ def look(options: Options) -> Host:
 
 def refuse(plan: Plan, options: Options) -> None:
     """What would fail once the trials started, refused before: a base script not there; but
-    for a dry run, a command that is no program, no GPU visible."""
+    for a dry run, a summariser's package missing, a command that is no program, no GPU
+    visible."""
     cwd, script = plan.base or (".", "")
     archived = plan.tree and git("cat-file", "-e", f"{options.rev}:./{script}").returncode == 0
     if plan.base and not (archived or os.path.isfile(os.path.join(cwd, script))):
         why = f"{options.rev[:100]} has no" if options.rev else "no base script"
         raise Refused(f"{why} {script[:200]}")
-    if options.dry_run or not plan.trials:
+    if options.dry_run:
+        return
+    # parse_hatchet.py summarises in this interpreter once the trials have run.
+    if missing := [name for name in SUMMARISER_NEEDS if importlib.util.find_spec(name) is None]:
+        raise Refused(f"{sys.executable[:200]} has no {', '.join(missing)} (make setup)")
+    if not plan.trials:
         return
     if shutil.which(options.command[0]) is None:  # a shell's builtin, say
         raise Refused(f"the command must start with a program, not {options.command[0][:30]}")

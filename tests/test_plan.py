@@ -249,3 +249,16 @@ def test_profile_sh_s_arguments_become_options_and_the_plan_follows_them():
 def test_only_a_launcher_names_each_rank_s_capture(command, ranked):
     (trial,) = planned(command).trials
     assert ("--ranked" in trial.command) == ranked
+
+
+def test_a_package_the_summariser_needs_is_refused_before_any_trial(monkeypatch):
+    plan = planned()
+    options = pl.Options(python="python", command=("python", "mine.py"))
+    real = profile_run.importlib.util.find_spec
+    monkeypatch.setattr(
+        profile_run.importlib.util,
+        "find_spec",
+        lambda name: None if name == "msgspec" else real(name),
+    )
+    with pytest.raises(Refused, match=r"has no msgspec \(make setup\)"):
+        profile_run.refuse(plan, options)
