@@ -665,7 +665,8 @@ def test_a_slower_kernel_on_the_h100_is_slower_and_fails_a_5_percent_gate():
 
 
 def test_swapped_sides_of_one_ab_run_are_refused_naming_the_right_order(tmp_path):
-    run = AB[1]  # its order file: base and now, trial by trial
+    run = AB[1].relative_to(ROOT)  # its order file: base and now, trial by trial; a path
+    # short enough that the line names it whole, wherever the checkout is
     for given, base in (("base", "now"), ("now", "now")):
         p = cli(run / given, "--diff", run / base, "--markdown", tmp_path / "c.md")
         assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1
