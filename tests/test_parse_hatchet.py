@@ -1437,7 +1437,9 @@ def test_mistaken_outputs_and_ceilings_are_one_line(tmp_path):
 
 
 def test_a_make_ab_run_folder_is_never_summed_as_one_run():
-    run = FIXTURES / "h100-ab-aa"  # base and now: 5 trials each, one provenance
+    # base and now: 5 trials each, one provenance; by its path from the checkout, which the
+    # advised command is split into words by, and holds no space
+    run = (FIXTURES / "h100-ab-aa").relative_to(ROOT)
     for given in ([run], [run / "now", "--diff", run]):
         p = cli(*given)
         assert p.returncode == 2 and p.stdout == ""
