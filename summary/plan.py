@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 from summary import Refused
 from summary.recipe import MAX_TRIALS, Recipe
+from summary.run import number
 
 # A run's kind, by its data and whether it runs the instrumentation backend.
 KINDS = {("tree", False): "profile", ("trace", False): "trace", ("tree", True): "intra"}
 KINDS["trace", True] = "intra-trace"
 # The options that take a value: the recipe's for one run, the comparison's gate (as
-# parse_hatchet.py takes it), whole numbers up to a most, and the rest.
+# parse_hatchet.py takes it: a number >= 0 below 1e15), whole numbers up to a most, the rest.
 OVERRIDES = ("--data", "--backend", "--context", "--hook")
 GATE = ("--fail-above", "--min-ms")
 MOST = {"--trials": MAX_TRIALS, "--world-size": 2**16}
@@ -119,6 +120,8 @@ def take(option: str, words: list) -> str | int:
     if not words or not words[0]:
         raise Refused(f"{option} needs a value, not an empty one")
     word = words.pop(0)
+    if option in GATE and ((value := number(word)) is None or value >= 1e15):
+        raise Refused(f"{option} takes a number >= 0, not {word[:30]}")
     digits = len(word) < 7 and word.isascii() and word.isdecimal() and word[0] != "0"
     if option in MOST and not (digits and int(word) <= MOST[option]):
         raise Refused(f"{option} takes 1 to {MOST[option]}")

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT, run
 from summary.text import escape
 
@@ -145,6 +146,22 @@ def test_make_ab_refuses_a_revision_without_the_script_or_outside_git(tmp_path):
     assert (
         not (repo / "profiling_results").exists() and not (outside / "profiling_results").exists()
     )
+
+
+@pytest.mark.parametrize(
+    "options, line",
+    [
+        (["--fail-above", "abc"], "--fail-above takes a number >= 0, not abc"),
+        (["--min-ms", "-1"], "--min-ms takes a number >= 0, not -1"),
+    ],
+)
+def test_a_usage_error_is_one_line_before_any_trial_and_leaves_no_run_folder(
+    tmp_path, options, line
+):
+    repo = checkout(tmp_path)
+    p = ab(tmp_path, "--rev", "HEAD", *options)
+    assert p.returncode == 2 and p.stderr == f"profile.sh: error: {line}\n"
+    assert not (tmp_path / "ran.log").exists() and not (repo / "profiling_results").exists()
 
 
 def test_an_interrupted_make_ab_writes_no_compare_and_keeps_latest(tmp_path):
