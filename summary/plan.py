@@ -218,6 +218,8 @@ def make_plan(options: Options, recipe: Recipe | None, host: Host) -> Plan:
         return Plan(
             kind, folder, links, summarise=summariser(options, host, folder, options.compare)
         )
+    if ab and recipe.backend == "instrumentation":
+        raise Refused("an A/B run compares times, not the instrumentation backend's cycles")
     if ab:  # the base runs in another folder: the run's by its whole path
         folder = os.path.normpath(os.path.join(host.cwd, folder))
     sides = (os.path.join(folder, "now"), os.path.join(folder, "base")) if ab else ()
