@@ -283,3 +283,17 @@ def test_make_ab_passes_rev_or_base_script_and_the_gate_to_profile_sh():
     p = run("make", "-n", "--no-print-directory", "ab", "BASE_SCRIPT=-old.py", "ANY_DEVICE=1")
     assert "--base-script './-old.py'" in p.stdout and "--any-device" in p.stdout
     assert "--rev" not in p.stdout and "--trials" not in p.stdout  # 5, profile.sh's default
+
+
+@pytest.mark.parametrize(
+    "variables, line",
+    [
+        (["FAIL_ABOVE=abc"], "profile.sh: error: --fail-above takes a number >= 0, not abc"),
+        (["BASE=" + str(TREE.parent / "h200-graph-replay.chrome_trace")], "captures of one kind"),
+    ],
+)
+def test_a_usage_error_of_make_compare_leaves_no_run_folder(tmp_path, variables, line):
+    out = tmp_path / "out"
+    p = run("make", "-s", "compare", f"OUT={out}", f"CUR={TREE}", f"BASE={TREE}", *variables)
+    assert p.returncode == 2 and line in p.stderr.splitlines()[0]
+    assert not out.exists()
