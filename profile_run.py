@@ -49,11 +49,14 @@ def look(options: Options) -> Host:
     a REV that is neither a folder nor a revision of a git checkout here."""
     for run in (run for run in options.compare if not os.path.exists(run)):
         raise Refused(f"--compare: no run {run[:200]}")
-    rev, prefix = options.rev, None
-    if rev and not os.path.isdir(rev):
+    rev, prefix, copy = options.rev, None, ""
+    place = git("rev-parse", "--show-prefix").stdout.rstrip("\n") if rev else ""  # cwd's
+    if rev and os.path.isdir(rev):  # a copy of the tree: the base runs at cwd's place in it
+        copy = os.path.normpath(os.path.join(rev, place))
+    elif rev:
         if git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode:
             raise Refused(f"{rev[:100]} is neither a folder nor a revision of a git checkout here")
-        prefix = git("rev-parse", "--show-prefix").stdout.rstrip("\n")
+        prefix = place
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     assumed = os.environ.get("PROFILE_ASSUME_GPU", "")
     seen = [vendor for vendor, path in DEVICE_FILES.items() if os.path.exists(path)]
@@ -62,7 +65,7 @@ def look(options: Options) -> Host:
     here, ceiling = os.path.dirname(os.path.abspath(__file__)), plain(options.results) + "/ceiling"
     ceiling = ceiling if os.path.isdir(ceiling) else ""
     gpu = bool(vendor) or assumed == "1"
-    return Host(here, os.getcwd(), stamp, vendor == "amd", gpu, devices, ceiling, prefix)
+    return Host(here, os.getcwd(), stamp, vendor == "amd", gpu, devices, ceiling, prefix, copy)
 
 
 def refuse(plan: Plan, options: Options) -> None:

@@ -58,6 +58,7 @@ class Host:
     devices: tuple = ()  # the *_VISIBLE_DEVICES set, (name, value)
     ceiling: str = ""  # RESULTS/ceiling, where it exists
     git_prefix: str | None = None  # where cwd lies in its checkout, for a REV not a folder
+    copy: str = ""  # for a REV that is a folder, cwd's place in that copy of the checkout
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ def make_plan(options: Options, recipe: Recipe | None, host: Host) -> Plan:
     elif tree:  # the revision, unpacked into the run's folder
         where["base"] = (os.path.normpath(os.path.join(tree, host.git_prefix)), at)
     elif options.rev:  # a folder holding a copy of the tree
-        where["base"] = (options.rev, at)
+        where["base"] = (host.copy or options.rev, at)
     count = options.trials or (5 if ab else recipe.trials)  # 5 a side, whatever the recipe says
     trials = rounds(launch, flags(recipe), args, folder, count, where)
     backend, mode = given(recipe)

@@ -113,6 +113,19 @@ def test_make_ab_interleaves_trials_of_both_sides_and_compares_them(tmp_path):
     ]
 
 
+def test_make_ab_against_a_folder_from_a_subfolder_runs_the_copy_s_script_at_its_place(tmp_path):
+    repo = checkout(tmp_path)
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
+    for tree, name in ((repo, "now-sub"), (copy, "copy-sub")):
+        (tree / "sub").mkdir()
+        shutil.copy(tree / "mine.py", tree / "sub")
+        helper(tree / "sub", name, TREE)
+    p = ab(tmp_path, "--rev", "../../copy", "--trials", "1", cwd=repo / "sub")
+    assert p.returncode == 0, p.stderr
+    assert sorted((tmp_path / "ran.log").read_text().split()) == ["copy-sub", "now-sub"]
+
+
 def test_make_ab_against_a_folder_or_a_script(tmp_path):
     repo = checkout(tmp_path)
     copy = tmp_path / "copy"
