@@ -104,7 +104,9 @@ WORLD = $(if $(filter-out 1,$(NPROC)),--world-size $(call q,$(NPROC)))
 PROFILE = $(call q,$(HERE)/profile.sh) --recipe $(call q,$(RECIPE)) --results $(call q,$(OUT)) \
   $(if $(HOOK),--hook $(call q,$(HOOK))) $(if $(TRIALS),--trials $(call q,$(TRIALS))) $(WORLD)
 GATE = $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) \
-  $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS))) $(if $(ANY_DEVICE),--any-device)
+  $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS))) \
+  $(if $(ANY_DEVICE),$(if $(filter-out x1,x$(ANY_DEVICE)),$(error ANY_DEVICE takes 1 or nothing: \
+  not $(ANY_DEVICE)),--any-device))
 # profile.sh's options for each target that runs SCRIPT under it. Shadow context for
 # intra-trace: a Python call stack on each of the trace's events would quadruple it.
 PROFILES = profile trace intra intra-trace ab

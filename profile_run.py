@@ -49,11 +49,14 @@ def look(options: Options) -> Host:
     a REV that is neither a folder nor a revision of a git checkout here."""
     for run in (run for run in options.compare if not os.path.exists(run)):
         raise Refused(f"--compare: no run {run[:200]}")
-    rev, prefix = options.rev, None
-    if rev and not os.path.isdir(rev):
+    rev, prefix, copy = options.rev, None, ""
+    place = git("rev-parse", "--show-prefix").stdout.rstrip("\n") if rev else ""  # cwd's
+    if rev and os.path.isdir(rev):  # a copy of the tree: the base runs at cwd's place in it
+        copy = os.path.normpath(os.path.join(rev, place))
+    elif rev:
         if git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode:
             raise Refused(f"{rev[:100]} is neither a folder nor a revision of a git checkout here")
-        prefix = git("rev-parse", "--show-prefix").stdout.rstrip("\n")
+        prefix = place
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     assumed = os.environ.get("PROFILE_ASSUME_GPU", "")
     seen = [vendor for vendor, path in DEVICE_FILES.items() if os.path.exists(path)]
@@ -62,7 +65,7 @@ def look(options: Options) -> Host:
     here, ceiling = os.path.dirname(os.path.abspath(__file__)), plain(options.results) + "/ceiling"
     ceiling = ceiling if os.path.isdir(ceiling) else ""
     gpu = bool(vendor) or assumed == "1"
-    return Host(here, os.getcwd(), stamp, vendor == "amd", gpu, devices, ceiling, prefix)
+    return Host(here, os.getcwd(), stamp, vendor == "amd", gpu, devices, ceiling, prefix, copy)
 
 
 def refuse(plan: Plan, options: Options) -> None:
@@ -87,12 +90,15 @@ def refuse(plan: Plan, options: Options) -> None:
         raise Refused("no GPU visible: Proton needs one (check the script alone with: make run)")
 
 
-def make_folder(plan: Plan, options: Options) -> None:
-    """The run's folder, made without -p (no other run has it); refuses a latest or previous
-    that is not a link: only its own links are replaced."""
+def make_folder(plan: Plan, options: Options) -> str:
+    """The run's folder, made without -p (no other run has it), and the topmost folder made
+    for it; refuses a latest or previous that is not a link: only its own links are replaced."""
     for name in ("latest", "previous") if plan.links else ():
         if os.path.exists(link := os.path.join(plan.links, name)) and not os.path.islink(link):
             raise Refused(f"{link[:200]} is not a link: move it away (nothing is replaced)")
+    top = plan.folder
+    while (up := os.path.dirname(top)) and not os.path.lexists(up):
+        top = up
     try:
         os.makedirs(os.path.dirname(plan.folder) or ".", exist_ok=True)
         os.mkdir(plan.folder)
@@ -109,6 +115,17 @@ def make_folder(plan: Plan, options: Options) -> None:
         unpacked = subprocess.run(["tar", "-x", "-C", plan.tree], stdin=archive.stdout)
         if archive.wait() or unpacked.returncode:
             raise Refused(f"git archive {options.rev[:100]} failed")
+    return top
+
+
+def remove_empty(folder: str, top: str) -> None:
+    """The folders this run made, folder up to top, removed while empty: a usage error
+    leaves no run folder."""
+    while os.path.isdir(folder) and not os.listdir(folder):
+        os.rmdir(folder)
+        if folder == top:
+            return
+        folder = os.path.dirname(folder)
 
 
 def link(plan: Plan) -> None:
@@ -189,9 +206,22 @@ def write_provenance(plan: Plan) -> None:
 
 
 def execute(plan: Plan, options: Options) -> int:
-    """Runs the plan; 0, or the summariser's status. Where it summarised, or compared (3: a
-    regression), latest moves."""
-    make_folder(plan, options)
+    """Runs the plan in the folder it makes; 0, or the summariser's status (2: a usage
+    error, its empty folders removed)."""
+    top = make_folder(plan, options)
+    try:
+        status = run_plan(plan)
+    except (Refused, OSError):
+        remove_empty(plan.folder, top)
+        raise
+    if status == 2:
+        remove_empty(plan.folder, top)
+    return status
+
+
+def run_plan(plan: Plan) -> int:
+    """Each trial, the provenance, the summariser; 0, or the summariser's status. Where it
+    summarised, or compared (3: a regression), latest moves."""
     if plan.environ:
         say(f"warning: AMD: {' '.join(moved(plan))}")
     for var, value in plan.environ:

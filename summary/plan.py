@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 from summary import Refused
 from summary.recipe import MAX_TRIALS, Recipe
+from summary.run import number
 
 # A run's kind, by its data and whether it runs the instrumentation backend.
 KINDS = {("tree", False): "profile", ("trace", False): "trace", ("tree", True): "intra"}
 KINDS["trace", True] = "intra-trace"
 # The options that take a value: the recipe's for one run, the comparison's gate (as
-# parse_hatchet.py takes it), whole numbers up to a most, and the rest.
+# parse_hatchet.py takes it: a number >= 0 below 1e15), whole numbers up to a most, the rest.
 OVERRIDES = ("--data", "--backend", "--context", "--hook")
 GATE = ("--fail-above", "--min-ms")
 MOST = {"--trials": MAX_TRIALS, "--world-size": 2**16}
@@ -57,6 +58,7 @@ class Host:
     devices: tuple = ()  # the *_VISIBLE_DEVICES set, (name, value)
     ceiling: str = ""  # RESULTS/ceiling, where it exists
     git_prefix: str | None = None  # where cwd lies in its checkout, for a REV not a folder
+    copy: str = ""  # for a REV that is a folder, cwd's place in that copy of the checkout
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,8 @@ def take(option: str, words: list) -> str | int:
     if not words or not words[0]:
         raise Refused(f"{option} needs a value, not an empty one")
     word = words.pop(0)
+    if option in GATE and ((value := number(word)) is None or value >= 1e15):
+        raise Refused(f"{option} takes a number >= 0, not {word[:30]}")
     digits = len(word) < 7 and word.isascii() and word.isdecimal() and word[0] != "0"
     if option in MOST and not (digits and int(word) <= MOST[option]):
         raise Refused(f"{option} takes 1 to {MOST[option]}")
@@ -215,6 +219,8 @@ def make_plan(options: Options, recipe: Recipe | None, host: Host) -> Plan:
         return Plan(
             kind, folder, links, summarise=summariser(options, host, folder, options.compare)
         )
+    if ab and recipe.backend == "instrumentation":
+        raise Refused("an A/B run compares times, not the instrumentation backend's cycles")
     if ab:  # the base runs in another folder: the run's by its whole path
         folder = os.path.normpath(os.path.join(host.cwd, folder))
     sides = (os.path.join(folder, "now"), os.path.join(folder, "base")) if ab else ()
@@ -227,7 +233,7 @@ def make_plan(options: Options, recipe: Recipe | None, host: Host) -> Plan:
     elif tree:  # the revision, unpacked into the run's folder
         where["base"] = (os.path.normpath(os.path.join(tree, host.git_prefix)), at)
     elif options.rev:  # a folder holding a copy of the tree
-        where["base"] = (options.rev, at)
+        where["base"] = (host.copy or options.rev, at)
     count = options.trials or (5 if ab else recipe.trials)  # 5 a side, whatever the recipe says
     trials = rounds(launch, flags(recipe), args, folder, count, where)
     backend, mode = given(recipe)

@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, run
 from summary.text import escape
 
@@ -111,6 +113,19 @@ def test_make_ab_interleaves_trials_of_both_sides_and_compares_them(tmp_path):
     ]
 
 
+def test_make_ab_against_a_folder_from_a_subfolder_runs_the_copy_s_script_at_its_place(tmp_path):
+    repo = checkout(tmp_path)
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
+    for tree, name in ((repo, "now-sub"), (copy, "copy-sub")):
+        (tree / "sub").mkdir()
+        shutil.copy(tree / "mine.py", tree / "sub")
+        helper(tree / "sub", name, TREE)
+    p = ab(tmp_path, "--rev", "../../copy", "--trials", "1", cwd=repo / "sub")
+    assert p.returncode == 0, p.stderr
+    assert sorted((tmp_path / "ran.log").read_text().split()) == ["copy-sub", "now-sub"]
+
+
 def test_make_ab_against_a_folder_or_a_script(tmp_path):
     repo = checkout(tmp_path)
     copy = tmp_path / "copy"
@@ -145,6 +160,24 @@ def test_make_ab_refuses_a_revision_without_the_script_or_outside_git(tmp_path):
     assert (
         not (repo / "profiling_results").exists() and not (outside / "profiling_results").exists()
     )
+
+
+@pytest.mark.parametrize(
+    "options, line",
+    [
+        (["--fail-above", "abc"], "--fail-above takes a number >= 0, not abc"),
+        (["--min-ms", "-1"], "--min-ms takes a number >= 0, not -1"),
+        (["--backend", "instrumentation"], "an A/B run compares times, not the instrumentation"),
+    ],
+)
+def test_a_usage_error_is_one_line_before_any_trial_and_leaves_no_run_folder(
+    tmp_path, options, line
+):
+    repo = checkout(tmp_path)
+    p = ab(tmp_path, "--rev", "HEAD", *options)
+    assert p.returncode == 2 and p.stderr.startswith(f"profile.sh: error: {line}")
+    assert p.stderr.count("\n") == 1
+    assert not (tmp_path / "ran.log").exists() and not (repo / "profiling_results").exists()
 
 
 def test_an_interrupted_make_ab_writes_no_compare_and_keeps_latest(tmp_path):
@@ -263,3 +296,17 @@ def test_make_ab_passes_rev_or_base_script_and_the_gate_to_profile_sh():
     p = run("make", "-n", "--no-print-directory", "ab", "BASE_SCRIPT=-old.py", "ANY_DEVICE=1")
     assert "--base-script './-old.py'" in p.stdout and "--any-device" in p.stdout
     assert "--rev" not in p.stdout and "--trials" not in p.stdout  # 5, profile.sh's default
+
+
+@pytest.mark.parametrize(
+    "variables, line",
+    [
+        (["FAIL_ABOVE=abc"], "profile.sh: error: --fail-above takes a number >= 0, not abc"),
+        (["BASE=" + str(TREE.parent / "h200-graph-replay.chrome_trace")], "captures of one kind"),
+    ],
+)
+def test_a_usage_error_of_make_compare_leaves_no_run_folder(tmp_path, variables, line):
+    out = tmp_path / "out"
+    p = run("make", "-s", "compare", f"OUT={out}", f"CUR={TREE}", f"BASE={TREE}", *variables)
+    assert p.returncode == 2 and line in p.stderr.splitlines()[0]
+    assert not out.exists()

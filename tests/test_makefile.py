@@ -117,6 +117,16 @@ def test_make_compare_without_runs_says_what_to_run_first(tmp_path):
     )
 
 
+@pytest.mark.parametrize("target", ["ab", "compare"])
+@pytest.mark.parametrize("value", ["0", "yes", "1 1"])
+def test_any_device_takes_1_or_nothing_in_one_line(tmp_path, target, value):
+    p = run("make", "-s", target, f"ANY_DEVICE={value}", f"OUT={tmp_path}", f"CUR={tmp_path}")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert p.stderr.endswith(f"*** ANY_DEVICE takes 1 or nothing: not {value}.  Stop.\n")
+    assert list(tmp_path.iterdir()) == []
+    assert "--any-device" in recipe(target, "ANY_DEVICE=1")
+
+
 def exit_tables(tool):
     """The exit codes each page's table for tool lists (`| exit | tool |`), by page."""
     found = {}

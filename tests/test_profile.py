@@ -125,7 +125,8 @@ def test_the_recipe_is_read_without_importing_from_the_current_folder(tmp_path):
     for name in ("profile.sh", "profile_run.py", "summary/__init__.py", "summary/plan.py"):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         shutil.copy2(ROOT / name, tmp_path / name)
-    shutil.copy2(ROOT / "summary" / "recipe.py", tmp_path / "summary")
+    for name in ("recipe.py", "run.py"):  # the plan's imports
+        shutil.copy2(ROOT / "summary" / name, tmp_path / "summary")
     (tmp_path / "yaml.py").write_text("raise SystemExit('the yaml.py here ran')\n")
     p = run("./profile.sh", "--recipe", ROOT / "recipe.yaml", "--dry-run", *MINE, cwd=tmp_path)
     assert p.returncode == 0 and "ran" not in p.stderr, p.stderr
