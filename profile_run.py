@@ -256,9 +256,10 @@ def main() -> int:
         # imported for PyYAML (PYTHONPATH still counts; -I would hide it).
         sys.path.append(sys.path.pop(0))
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a closed stdout ends it, as it ends bash
-    python, *args = sys.argv[1:]
     try:
-        options = parse(python, args)
+        if len(sys.argv) < 2:
+            raise Refused("run through profile.sh, which names the workload's interpreter")
+        options = parse(sys.argv[1], sys.argv[2:])
         recipe = None if options.compare else load(options.recipe, dict(options.overrides))
         plan = make_plan(options, recipe, look(options))
         refuse(plan, options)

@@ -7,12 +7,13 @@ import dataclasses
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 import yaml
 
 import profile_run
-from conftest import ROOT, recipe
+from conftest import ROOT, recipe, run
 from summary import Refused
 from summary import plan as pl
 from summary import recipe as rc
@@ -262,3 +263,10 @@ def test_a_package_the_summariser_needs_is_refused_before_any_trial(monkeypatch)
     )
     with pytest.raises(Refused, match=r"has no msgspec \(make setup\)"):
         profile_run.refuse(plan, options)
+
+
+def test_the_driver_started_alone_says_how_to_start_it():
+    p = run(sys.executable, ROOT / "profile_run.py")
+    assert p.returncode == 2 and p.stderr == (
+        "profile.sh: error: run through profile.sh, which names the workload's interpreter\n"
+    )
