@@ -296,15 +296,19 @@ def wall_s(cmd):
     return time.perf_counter() - start
 
 
-def profiling_cost(device_us, timed=wall_s, repeats=3):
-    """`make run` and `make profile` at the default shape, interleaved, medians of
-    repeats; and Proton's mean time of the timed loop's kernel (from the latest run's
-    summary) against graph replay's."""
+def profiling_cost(device_us, timed=wall_s, repeats=10):
+    """`make run` and `make profile` at the default shape, interleaved (which goes first
+    turned round in alternate rounds), medians of repeats; and Proton's mean time of the
+    timed loop's kernel (from the latest run's summary) against graph replay's."""
     with tempfile.TemporaryDirectory() as out:
         runs, profiles = [], []
-        for _ in range(repeats):
-            runs.append(timed(["make", "-s", "run"]))
-            profiles.append(timed(["make", "-s", "profile", f"OUT={out}"]))
+        for i in range(repeats):
+            order = [
+                (runs, ["make", "-s", "run"]),
+                (profiles, ["make", "-s", "profile", f"OUT={out}"]),
+            ]
+            for seen, command in order[:: 1 if i % 2 == 0 else -1]:
+                seen.append(timed(command))
         summary = json.loads(Path(out, "profile", "latest", "summary.json").read_text())
     kernel = next(k for k in summary["proton_kernels"] if k["name"].startswith("softmax_kernel"))
     run, profile = statistics.median(runs), statistics.median(profiles)
