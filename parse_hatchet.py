@@ -250,6 +250,7 @@ def parser() -> Parser:
     )
     p.add_argument("--same", type=parse_percent, metavar="PCT", help="within it: same (2)")
     p.add_argument("--any-device", action="store_true", help="compare across devices")
+    p.add_argument("--looks", type=parse_count, default=1, metavar="N", help=argparse.SUPPRESS)
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison here (-: stdout)")
     return p
 
@@ -360,7 +361,7 @@ def compare_with_base(
         raise Refused(f"--diff {args.diff[:200]}: {refused}")
     given = {k: getattr(args, k) for k in compare.Gate._fields}
     gate = compare.Gate(**{k: v for k, v in given.items() if v is not None})
-    return compare.diff(*sides, args.diff, gate, ab), None
+    return compare.diff(*sides, args.diff, gate, ab, args.looks), None
 
 
 def refuse_shared_outputs(args: argparse.Namespace) -> None:

@@ -190,7 +190,8 @@ must move: the input read once and the output written once.
 {host_part(results)}{backward_part(results)}
 Profiling's cost at the default shape, whole processes (start-up, compilation and the
 check included): `make profile` took {prof["profile_wall_s"]:.1f} s against
-{prof["run_wall_s"]:.1f} s for `make run` ({prof["profile_vs_run"]:.2f}x, medians of 10 alternating rounds);
+{prof["run_wall_s"]:.1f} s for `make run` ({prof["profile_vs_run"]:.2f}x, medians of 10
+alternating rounds);
 Proton measured the kernel at {prof["proton_kernel_us"]:.2f} us a launch against
 {prof["device_us"]:.2f} us by graph replay.
 {left_out_part(results)}

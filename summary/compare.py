@@ -278,12 +278,16 @@ def judge(base: list | None, now: list | None, m: int, gate: Gate) -> Row:
     return row
 
 
-def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False) -> Comparison:
-    """proton_diff: each row of base against now, the largest change first, and the story."""
+def diff(
+    base: list, now: list, name: str, gate: Gate, interleaved: bool = False, looks: int = 1
+) -> Comparison:
+    """proton_diff: each row of base against now, the largest change first, and the story;
+    looks, how many times a run that adds rounds while rows are unsettled has compared."""
     kernels = [kernel_times(side) for side in (base, now)]
     pairs = matched_kernels(*kernels)
     sites, tied = matched_sites(*(site_times(side) for side in (base, now)))
-    m = 1 + sum(bool(a and b) for a, b in pairs + sites)  # the GPU time, and matched rows
+    rows_judged = 1 + sum(bool(a and b) for a, b in pairs + sites)  # the GPU time, matched rows
+    m = rows_judged * looks  # Bonferroni over every row at every look
     totals = [
         [sum(t[i] for _, t in k.values()) for i in range(len(s))]
         for k, s in zip(kernels, (base, now), strict=True)
@@ -303,7 +307,7 @@ def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False
         base=name,
         interleaved=interleaved,
         alpha=ALPHA,
-        rows_judged=m,
+        rows_judged=rows_judged,
         method="one run" if one_run else "welch log bonferroni",
         total=total,
         kernels=sort_by_change(rows),
@@ -315,6 +319,13 @@ def diff(base: list, now: list, name: str, gate: Gate, interleaved: bool = False
     out.regressions = [r.label() for r in select_rows(out, lambda r: r.regression)]
     out.first_line, out.gate = write_first_line(out, gate), write_gate_lines(out)
     return out
+
+
+def unsettled(d: Comparison) -> list:
+    """The rows the gate could fail that no verdict settles yet: what more rounds are for."""
+    if d.fail_above is None:
+        return []
+    return select_rows(d, lambda r: r.verdict == "inconclusive" and not r.tuning)
 
 
 def sort_by_change(rows: list) -> list:
