@@ -6,7 +6,7 @@
 #   OUT=folder bench/gpu.sh [STEP...]
 #
 # Steps, in this order when none is named (the logs' steps.txt says what each took; on an
-# H100 with QuACK, rows took 169 s and logits 155 s; make test-gpu took 140 s on an H200):
+# H100 with QuACK: test 190 s, rows 169 s, logits 155 s, rest 160 s):
 #   test    make test-gpu
 #   rows    make bench POINTS=rows: 36 points, Inductor compiling each
 #   logits  make bench POINTS=logits: 40 points, QuACK compiling each

@@ -175,7 +175,7 @@ must move: the input read once and the output written once.
 
 - **Device time** is one call's GPU time, by CUDA-graph replay
   (`triton.testing.do_bench_cudagraph`): no host cost leaks in. Replay leaves the input
-  in L2 when it fits (60 MiB on an H200), as when the layer before has just written it.
+  in L2 when it fits, as when the layer before has just written it.
 - **Loop time** is the wall time per call over {results["loop_calls"]} back-to-back calls with one
   synchronize: what a caller sees. Where it is well above device time, the call is
   bound by the host's launch cost, not by the kernel.
@@ -184,7 +184,7 @@ must move: the input read once and the output written once.
   shows what Triton's ordinary launch costs the host.
 - **(L2)** marks a rate measured on an input and output that fit in the L2 cache
   ({results.get("l2_bytes", 0) / 2**20:.0f} MiB here): replayed, the input is read from it,
-  and the rate can pass the memory's own peak (4.8 TB/s on an H200).
+  and the rate can pass the memory's own peak.
 
 {table(results)}{logits_part(results, stem)}
 {host_part(results)}{backward_part(results)}

@@ -105,6 +105,8 @@ def parts(tmp_path, **changes):
     logits (synthetic points) and the rest; changes made to the logits part (a subset of
     None: none, as a whole run has)."""
     whole = json.loads(RESULTS[0].read_text())
+    whole.pop("merged_from", None)
+    whole["points"] = [p for p in whole["points"] if p.get("set", "rows") == "rows"]
     rest = {"backward": [], **whole, "subset": ["rows", "backward", "host", "profiling"]}
     logits = {k: whole[k] for k in report.SAME if k in whole}
     logits.update({"subset": ["logits"], "points": [logits_point("logits", 16, 128256)]})
