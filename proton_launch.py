@@ -142,7 +142,7 @@ def write_imports(path: str) -> None:
     installed = tuple(os.path.join(os.path.realpath(folder), "") for folder in dirs)
     found = {
         name: file
-        for name, module in list(sys.modules.items())
+        for name, module in dict(sys.modules).items()
         if name != "__main__"
         and isinstance(file := getattr(module, "__file__", None), str)
         and not os.path.realpath(file).startswith(installed)
