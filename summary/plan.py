@@ -297,7 +297,7 @@ def lines(plan: Plan) -> list:
         )
         out.append(where + path + " ".join(map(quoted, trial.command)))
     if plan.most > plan.count:
-        out.append(f"# then rounds while a row the gate could fail is unsettled, up to {plan.most}")
+        out.append(f"# more rounds, up to {plan.most} a side, while the gate is unsettled")
     out += [f"# provenance: {quoted(record)}" for record in plan.records]
     return [*out, " ".join(map(quoted, plan.summarise))]
 

@@ -232,7 +232,7 @@ def test_an_a_b_warms_up_each_side_then_adds_rounds_to_most_trials_only_where_a_
     printed = pl.lines(plan)
     assert printed[1] == "# warm-up: each side runs once first, its capture set aside"
     assert printed[2].startswith(f"cd {tree} && PYTHONPATH={tree}${{PYTHONPATH:+:$PYTHONPATH}} ")
-    assert "# then rounds while a row the gate could fail is unsettled, up to 20" in printed
+    assert "# more rounds, up to 20 a side, while the gate is unsettled" in printed
     assert planned(host=host, rev="HEAD", trials=2, max_trials=8, gate=gate).most == 8
     assert planned(host=host, rev="HEAD", trials=30, gate=gate).most == 30
     assert planned(host=host, rev="HEAD", max_trials=8).most == 5  # no gate: nothing to settle
