@@ -26,13 +26,15 @@ OUT ?= profiling_results
 HOOK ?=
 TRIALS ?=
 # make compare: CUR against BASE (runs or captures), failing past FAIL_ABOVE percent (ANY_DEVICE=1:
-# runs of different devices). make ab: REV, a revision or a copy of the tree; TRIALS 5 a side.
+# runs of different devices). make ab: REV, a revision or a copy of the tree; TRIALS 5 a side,
+# doubled while a row FAIL_ABOVE could fail is unsettled, up to MAX_TRIALS (default 20).
 CUR ?= $(OUT)/profile/latest
 BASE ?= $(OUT)/profile/previous
 FAIL_ABOVE ?=
 MIN_MS ?=
 ANY_DEVICE ?=
 REV ?= HEAD
+MAX_TRIALS ?=
 BASE_SCRIPT ?=
 PYTEST_ARGS ?=
 # make bench: a subset of its points (rows, logits, backward, host, profiling); QUACK=1
@@ -114,7 +116,7 @@ PROFILE_trace = --data trace
 PROFILE_intra = --backend instrumentation
 PROFILE_intra-trace = --backend instrumentation --data trace --context shadow
 PROFILE_ab = $(if $(BASE_SCRIPT),--base-script $(call q,$(call path,$(BASE_SCRIPT))), \
-  --rev $(call q,$(REV))) $(GATE)
+  --rev $(call q,$(REV))) $(GATE) $(if $(MAX_TRIALS),--max-trials $(call q,$(MAX_TRIALS)))
 # A copy without the example names its own SCRIPT.
 HAS_SCRIPT = @[[ -f $(call q,$(SCRIPT)) ]] || { echo "make $@: no script "$(call q,$(SCRIPT))": \
   set SCRIPT=your.py" >&2; exit 2; }

@@ -4,16 +4,19 @@
 #
 #   ./profile.sh [--recipe FILE] [--results DIR | --output DIR] [--data tree|trace]
 #                [--backend NAME] [--context shadow|python] [--hook triton] [--trials N]
-#                [--world-size N] [--rev REV | --base-script FILE] [GATE] [--dry-run]
-#                -- COMMAND ...
+#                [--world-size N] [--rev REV | --base-script FILE] [--max-trials N] [GATE]
+#                [--dry-run] -- COMMAND ...
 #   ./profile.sh [--results DIR] --compare NOW BASE [GATE] [--world-size N] [--dry-run]
 #                [-- PYTHON]
 #
 # COMMAND: a .py script after its interpreter or a launcher; GATE: --fail-above PCT,
-# --min-ms MS, --any-device. docs/profiling.md tells each option and folder.
+# --min-ms MS, --any-device; an A/B (--rev, --base-script) runs each side once first, then
+# TRIALS rounds, doubled while the gate is unsettled, up to --max-trials (20). docs/profiling.md
+# tells each option and folder.
 # Exit status: 0 summarised (compared: no regression); the command's own; 1 no capture;
 # parse_hatchet.py's own where it fails or finds a regression past --fail-above (its
-# statuses: docs/summary.md); 2 usage; 129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM.
+# statuses: docs/summary.md); 2 usage, or an A/B side that imported the other side's code;
+# 129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM.
 set -euo pipefail
 
 if [[ ${1-} == -h || ${1-} == --help ]]; then  # the lines above

@@ -16,7 +16,7 @@ import time
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # summary/, under PYTHONSAFEPATH too
 from summary import Refused  # noqa: E402
-from summary.plan import Host, Options, Plan, lines, make_plan, moved, parse, plain  # noqa: E402
+from summary.plan import Host, Options, Plan, lines, make_plan, moved, parse, plain, round_of  # noqa: E402, E501
 from summary.recipe import load  # noqa: E402
 
 DEVICE_FILES = {"amd": "/dev/kfd", "nvidia": "/dev/nvidiactl"}
@@ -65,7 +65,8 @@ def look(options: Options) -> Host:
     here, ceiling = os.path.dirname(os.path.abspath(__file__)), plain(options.results) + "/ceiling"
     ceiling = ceiling if os.path.isdir(ceiling) else ""
     gpu = bool(vendor) or assumed == "1"
-    return Host(here, os.getcwd(), stamp, vendor == "amd", gpu, devices, ceiling, prefix, copy)
+    top = os.path.normpath(os.path.join(os.getcwd(), *[".."] * place.count("/"))) if rev else ""
+    return Host(here, os.getcwd(), stamp, vendor == "amd", gpu, devices, ceiling, prefix, copy, top)
 
 
 def refuse(plan: Plan, options: Options) -> None:
@@ -174,10 +175,10 @@ class Children:
         if child and self.signal and (self.signal != signal.SIGINT or not foreground()):
             child.send_signal(self.signal)
 
-    def run(self, command: tuple, cwd: str = ".") -> int:
+    def run(self, command: tuple, cwd: str = ".", env: dict | None = None) -> int:
         """The command's exit status, as a shell gives it (128 + N: killed by signal N)."""
         if self.signal is None:
-            child = self.child = subprocess.Popen(command, cwd=cwd)
+            child = self.child = subprocess.Popen(command, cwd=cwd, env=env)
             if self.signal:  # caught while the child started
                 self.forward()
             status = child.wait()
@@ -220,8 +221,9 @@ def execute(plan: Plan, options: Options) -> int:
 
 
 def run_plan(plan: Plan) -> int:
-    """Each trial, the provenance, the summariser; 0, or the summariser's status. Where it
-    summarised, or compared (3: a regression), latest moves."""
+    """An A/B's warm-up, then the rounds, more while rows are unsettled, the provenance,
+    the summariser; 0, or the summariser's status. Where it summarised, or compared (3: a
+    regression), latest moves."""
     if plan.environ:
         say(f"warning: AMD: {' '.join(moved(plan))}")
     for var, value in plan.environ:
@@ -230,24 +232,79 @@ def run_plan(plan: Plan) -> int:
         else:
             os.environ[var] = value
     children = Children(plan.folder)
-    for trial in plan.trials:  # base first in odd rounds of an A/B run; order records them
-        os.makedirs(trial.folder, exist_ok=True)
-        if trial.side:
-            with open(os.path.join(plan.folder, "order"), "a", encoding="utf-8") as f:
-                f.write(f"{trial.side} trial{trial.number}\n")
-        if status := children.run(trial.command, trial.cwd):
-            raise Failed(status, f"error: the command exited {status}; no summary written")
-        found = glob.glob(os.path.join(glob.escape(trial.folder), f"proton*.{plan.capture}*"))
-        if not found:  # .hatchet, .hatchet_msgpack (format=), any ranked or gzipped
-            raise Failed(1, f"error: no {trial.folder[:200]}/proton.{plan.capture}: {NO_CAPTURE}")
+    if len(plan.sides) > 1:  # compiling and autotuning would slow the first trial alone
+        run_rounds(plan, children, 0, 0)
+        say("warm-up: each side ran once first, its capture set aside in warmup/")
+        check_imports(plan)
+    run_rounds(plan, children, 1, count := plan.count)
+    looks = 1  # each comparison made: the last one's Bonferroni counts them all
+    while count < plan.most and (rows := unsettled_rows(plan, looks)):
+        more, looks = min(2 * count, plan.most), looks + 1
+        names = ", ".join(row.name for row in rows)
+        say(f"unsettled after {count} trials a side: {names[:200]}; rounds up to {more}")
+        run_rounds(plan, children, count + 1, count := more)
+    if len(plan.sides) > 1:
+        say(f"{count} trials a side, compared {looks} time{'s' * (looks > 1)}")
     write_provenance(plan)
-    status = children.run(plan.summarise)
+    status = children.run((*plan.summarise, *("--looks", str(looks)) * (looks > 1)))
     compared = plan.kind in ("ab", "compare")
     if status in ((0, 3) if compared else (0,)):
         link(plan)
     if status == 0 and not compared:
         say(f"wrote {plan.folder}/summary.json", sys.stdout)
     return status
+
+
+def run_rounds(plan: Plan, children: Children, first: int, last: int) -> None:
+    """Rounds first to last (0: the warm-up); order records an A/B's timed trials."""
+    for trial in (trial for k in range(first, last + 1) for trial in round_of(plan, k)):
+        os.makedirs(trial.folder, exist_ok=True)
+        if trial.side and trial.number:
+            with open(os.path.join(plan.folder, "order"), "a", encoding="utf-8") as f:
+                f.write(f"{trial.side} trial{trial.number}\n")
+        path = os.pathsep.join(filter(None, (trial.root, os.environ.get("PYTHONPATH"))))
+        env = os.environ | {"PYTHONPATH": path} if trial.root else None
+        if status := children.run(trial.command, trial.cwd, env):
+            raise Failed(status, f"error: the command exited {status}; no summary written")
+        found = glob.glob(os.path.join(glob.escape(trial.folder), f"proton*.{plan.capture}*"))
+        if not found:  # .hatchet, .hatchet_msgpack (format=), any ranked or gzipped
+            raise Failed(1, f"error: no {trial.folder[:200]}/proton.{plan.capture}: {NO_CAPTURE}")
+
+
+def check_imports(plan: Plan) -> None:
+    """Refused where the warm-up found a side's module in the other side's tree: that
+    side would not run its own code."""
+    warmup = round_of(plan, 0)
+    roots = [os.path.join(os.path.realpath(trial.root), "") for trial in warmup if trial.root]
+    for trial in warmup if len(roots) == 2 else ():
+        with open(os.path.join(trial.folder, "imports.json"), encoding="utf-8") as f:
+            imported = json.load(f)
+        for module, file in sorted(imported.items()):
+            real = os.path.realpath(file)
+            tree = max((root for root in roots if real.startswith(root)), key=len, default=None)
+            if tree not in (None, os.path.join(os.path.realpath(trial.root), "")):
+                other = "the working tree" if trial.side == "base" else "the base's tree"
+                why = "an editable install (pip install -e) or an absolute PYTHONPATH puts it first"
+                raise Refused(
+                    f"the {trial.side} imported {module} from {file[:200]}, {other}: {why}"
+                )
+
+
+def unsettled_rows(plan: Plan, looks: int) -> list:
+    """The rows an A/B's comparison so far leaves unsettled, at its looks-th look; none
+    where it cannot compare (the final comparison says why)."""
+    import parse_hatchet as ph
+    from summary.compare import unsettled
+
+    args = ph.parser().parse_args([*plan.summarise[2:], "--looks", str(looks)])
+    try:
+        done, problem, found = ph.summaries(args.paths, args.world_size, ph.ceilings(args.ceiling))
+        diff, problem = (
+            (None, problem) if problem else ph.compare_with_base(args, found, done, set())
+        )
+    except Refused:
+        return []
+    return [] if problem else unsettled(diff)
 
 
 def main() -> int:

@@ -8,9 +8,11 @@ launch_metadata on the CPU, for a user's test. docs/profiling.md tells each part
 
 import argparse
 import inspect
+import json
 import math
 import os
 import runpy
+import site
 import sys
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -19,7 +21,7 @@ from typing import NoReturn
 # The instrumentation backend reads the CU id, which AMD's compiler does only here.
 AMD_INSTRUMENTABLE = ("gfx942", "gfx950")
 # Options that take a value: the first word that is none of them, nor their value, is the script.
-VALUED = {"-n", "-b", "-c", "-d", "-k", "--mode"}
+VALUED = {"-n", "-b", "-c", "-d", "-k", "--mode", "--imports"}
 # The launch_metadata keys Proton's launch hook turns into roofline metrics.
 ROOFLINE = ["bytes", "flops", "flops8", "flops16", "flops32", "flops64"]
 
@@ -47,6 +49,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-k", dest="hook", choices=["triton"])
     parser.add_argument("--mode", help="Proton's mode, e.g. default:granularity=warp")
     parser.add_argument("--env", action="store_true", help="export the name; start nothing")
+    parser.add_argument("--imports", metavar="FILE", help="write each module's file here (JSON)")
     parser.add_argument("script", metavar="SCRIPT.py")
     # argparse would drop a `--` after the script: the script's words are kept as given.
     args = parser.parse_args(argv[: at + 1])
@@ -111,9 +114,9 @@ def check_instrumentable() -> None:
         fail(f"the instrumentation backend compiles for {only} only, not {str(target.arch)[:30]}")
 
 
-def run_script(script: str, args: list[str]) -> int:
+def run_script(script: str, args: list[str], imports: str | None = None) -> int:
     """As `python script.py` would; returns its exit status (a SystemExit is caught, so
-    that the profile is still written)."""
+    that the profile is still written). imports: where to write the modules it imported."""
     sys.argv = [script, *args]
     path = os.path.abspath(script)  # frames named by full path: their lines are found
     sys.path[0] = os.path.dirname(path)
@@ -126,7 +129,27 @@ def run_script(script: str, args: list[str]) -> int:
         return 1
     except KeyboardInterrupt:  # Ctrl-C: the shell's status for it, and no traceback
         return 130
+    finally:
+        if imports:
+            write_imports(imports)
     return 0
+
+
+def write_imports(path: str) -> None:
+    """Each module imported from outside the interpreter's own folders, by name, and its
+    file, as JSON: make ab checks each side ran its own tree's."""
+    dirs = (sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages())
+    installed = tuple(os.path.join(os.path.realpath(folder), "") for folder in dirs)
+    found = {
+        name: file
+        for name, module in dict(sys.modules).items()
+        if name != "__main__"
+        and isinstance(file := getattr(module, "__file__", None), str)
+        and not os.path.realpath(file).startswith(installed)
+    }
+    with open(f"{path}.{os.getpid()}", "w", encoding="utf-8") as f:
+        json.dump(found, f, indent=1)
+    os.replace(f"{path}.{os.getpid()}", path)  # whole, whichever rank writes it last
 
 
 def check_launch_metadata(kernel: object, launch: Callable[[], object]) -> dict:
@@ -179,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         exports = dict(DIR=os.path.dirname(name) or ".", NAME=name, CONTEXT=args.context)
         exports.update(DATA=args.data, BACKEND=args.backend, MODE=args.mode, HOOK=args.hook)
         os.environ.update({f"AORTA_PROTON_{key}": v for key, v in exports.items() if v})
-        return run_script(args.script, args.args)
+        return run_script(args.script, args.args, args.imports)
     mode = args.mode
     if args.backend == "instrumentation":
         import triton.profiler.language as pl
@@ -193,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
     flags.command_line = True  # as Proton's command line sets it: the script's start() ignored
     try:
-        return run_script(args.script, args.args)
+        return run_script(args.script, args.args, args.imports)
     finally:
         proton.finalize()
 

@@ -17,7 +17,8 @@ KINDS["trace", True] = "intra-trace"
 # parse_hatchet.py takes it: a number >= 0 below 1e15), whole numbers up to a most, the rest.
 OVERRIDES = ("--data", "--backend", "--context", "--hook")
 GATE = ("--fail-above", "--min-ms")
-MOST = {"--trials": MAX_TRIALS, "--world-size": 2**16}
+MOST = {"--trials": MAX_TRIALS, "--max-trials": MAX_TRIALS, "--world-size": 2**16}
+AB_TRIALS, AB_MOST = 5, 20  # an A/B's trials a side, and the most while rows are unsettled
 VALUED = (*OVERRIDES, *GATE, *MOST, "--recipe", "--results", "--output", "--rev", "--base-script")
 
 
@@ -32,6 +33,7 @@ class Options:
     output: str = ""
     overrides: tuple = ()  # (key, value) of --data, --backend, --context, --hook
     trials: int | None = None
+    max_trials: int | None = None
     rev: str = ""
     base_script: str = ""
     gate: tuple = ()
@@ -44,6 +46,10 @@ class Options:
             raise Refused("no command: give one after -- (e.g. -- python mine.py)")
         if self.gate and not (self.rev or self.base_script or self.compare):
             raise Refused(f"{self.gate[0]} needs a comparison: --rev, --base-script or --compare")
+        if self.max_trials and not (self.rev or self.base_script):
+            raise Refused("--max-trials needs an A/B run: --rev or --base-script")
+        if self.max_trials and self.max_trials < (first := self.trials or AB_TRIALS):
+            raise Refused(f"--max-trials is below the {first} trials a side the run starts with")
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class Host:
     ceiling: str = ""  # RESULTS/ceiling, where it exists
     git_prefix: str | None = None  # where cwd lies in its checkout, for a REV not a folder
     copy: str = ""  # for a REV that is a folder, cwd's place in that copy of the checkout
+    top: str = ""  # for a REV, the checkout cwd lies in (cwd, outside any)
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class Trial:
     folder: str
     cwd: str
     command: tuple
+    root: str = ""  # put first on PYTHONPATH: its side's tree, in a run against a REV
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,10 @@ class Plan:
     folder: str
     links: str  # where latest and previous move ("": nowhere)
     capture: str = ""  # the captures' extension
-    trials: tuple = ()
+    start: tuple = ()  # each trial's launch, the recipe's flags, the script's words
+    sides: tuple = ()  # (side, cwd, script, root) of each, base first
+    count: int = 0  # the rounds run first
+    most: int = 0  # the rounds an A/B may run while rows are unsettled
     summarise: tuple = ()
     provenance: tuple = ()  # (key, value): a record, as the plan's other values, frozen
     records: tuple = ()  # the provenance's files
@@ -86,6 +97,12 @@ class Plan:
     tree: str = ""  # where a revision is unpacked
     base: tuple = ()  # where the base runs, and its script
     no_gpu: bool = False  # the command starts here, and no GPU is visible
+
+    @property
+    def trials(self) -> tuple:
+        """The trials of the rounds run first, an A/B's warm-up before them."""
+        first = 0 if len(self.sides) > 1 else 1
+        return tuple(trial for k in range(first, self.count + 1) for trial in round_of(self, k))
 
     @property
     def processes(self) -> tuple:
@@ -194,16 +211,20 @@ def launched(options: Options, recipe: Recipe, host: Host, ab: bool) -> tuple:
     return launch, command[len(start) :], alone
 
 
-def rounds(launch: list, flags: list, args: list, folder: str, count: int, where: dict) -> tuple:
-    """Each trial: launch, its capture's name, flags, the script and args, count times; in
-    an A/B run count rounds, base first in odd ones. where: each side's folder and script."""
+def round_of(plan: Plan, k: int) -> tuple:
+    """Round k's trials: in an A/B run one a side, base first in odd rounds and in the
+    warm-up (k 0, into RUN/warmup/<side>, recording its imports); else trial k."""
+    launch, flags, args = plan.start
     trials = []
-    for k in range(1, count + 1):
-        for side in ("base", "now")[:: 1 if k % 2 else -1] if "base" in where else ("",):
-            inside = folder if count == 1 and not side else os.path.join(folder, side, f"trial{k}")
-            cwd, script = where[side]
-            name = ["-n", os.path.join(inside, "proton")]
-            trials.append(Trial(side, k, inside, cwd, (*launch, *name, *flags, script, *args)))
+    for side, cwd, script, root in plan.sides[:: -1 if k and k % 2 == 0 else 1]:
+        inside = os.path.join(plan.folder, side, f"trial{k}")
+        inside = plan.folder if plan.count == 1 and not side else inside
+        inside = inside if k else os.path.join(plan.folder, "warmup", side)
+        imports = () if k else ("--imports", os.path.join(inside, "imports.json"))
+        name = ("-n", os.path.join(inside, "proton"))
+        trials.append(
+            Trial(side, k, inside, cwd, (*launch, *imports, *name, *flags, script, *args), root)
+        )
     return tuple(trials)
 
 
@@ -223,33 +244,35 @@ def make_plan(options: Options, recipe: Recipe | None, host: Host) -> Plan:
         raise Refused("an A/B run compares times, not the instrumentation backend's cycles")
     if ab:  # the base runs in another folder: the run's by its whole path
         folder = os.path.normpath(os.path.join(host.cwd, folder))
-    sides = (os.path.join(folder, "now"), os.path.join(folder, "base")) if ab else ()
+    compared = (os.path.join(folder, "now"), os.path.join(folder, "base")) if ab else ()
     launch, (script, *args), alone = launched(options, recipe, host, ab)
-    where = {"now" if ab else "": (".", script)}
     at = os.path.relpath(os.path.join(host.cwd, script), host.cwd)  # in the base's folder
     tree = os.path.join(folder, "tree") if options.rev and host.git_prefix is not None else ""
+    root = tree or options.rev and os.path.normpath(os.path.join(host.cwd, options.rev))
+    sides = (("now" if ab else "", ".", script, root and host.top),)
     if options.base_script:
-        where["base"] = (".", options.base_script)
+        sides = (("base", ".", options.base_script, ""), *sides)
     elif tree:  # the revision, unpacked into the run's folder
-        where["base"] = (os.path.normpath(os.path.join(tree, host.git_prefix)), at)
+        sides = (("base", os.path.normpath(os.path.join(tree, host.git_prefix)), at, root), *sides)
     elif options.rev:  # a folder holding a copy of the tree
-        where["base"] = (host.copy or options.rev, at)
-    count = options.trials or (5 if ab else recipe.trials)  # 5 a side, whatever the recipe says
-    trials = rounds(launch, flags(recipe), args, folder, count, where)
+        sides = (("base", host.copy or options.rev, at, root), *sides)
+    count = options.trials or (AB_TRIALS if ab else recipe.trials)  # whatever the recipe says
+    most = (options.max_trials or max(count, AB_MOST)) if "--fail-above" in options.gate else 0
     backend, mode = given(recipe)
     provenance = dict(backend_asked=recipe.backend, backend_used=backend, run_id=host.stamp)
     provenance.update(mode_asked=recipe.proton_mode, mode_used=mode)
     provenance["world_size"] = options.world_size or (1 if alone else None)
-    records = tuple(os.path.join(side, "provenance.json") for side in sides or (folder,))
+    records = tuple(os.path.join(side, "provenance.json") for side in compared or (folder,))
     environ = moves(recipe, host)
     hidden = any(value in ("", "-1") for value in (dict(host.devices) | dict(environ)).values())
     first = os.path.basename(options.command[0])
     no_gpu = (hidden or not host.gpu) and (first.startswith("python") or first == "torchrun")
     capture = "hatchet" if recipe.data == "tree" else "chrome_trace"
-    summarise = summariser(options, host, folder, sides)
+    summarise = summariser(options, host, folder, compared)
     return Plan(
-        kind, folder, links, capture, trials, summarise, tuple(provenance.items()), records,
-        environ, tree, where.get("base", ()), no_gpu,
+        kind, folder, links, capture, (tuple(launch), tuple(flags(recipe)), tuple(args)), sides,
+        count, max(count, most), summarise, tuple(provenance.items()), records, environ, tree,
+        sides[0][1:3] if ab else (), no_gpu,
     )  # fmt: skip
 
 
@@ -266,9 +289,15 @@ def lines(plan: Plan) -> list:
     """The plan as --dry-run prints it: the run's folder, the device variables' moves, each
     command (cd FOLDER && where it runs elsewhere), the provenance's files, the summariser."""
     out = [f"# run folder: {quoted(plan.folder)}", *moved(plan)]
+    out += ["# warm-up: each side runs once first, its capture set aside"] * (len(plan.sides) > 1)
     for trial in plan.trials:
         where = "" if trial.cwd == "." else f"cd {quoted(trial.cwd)} && "
-        out.append(where + " ".join(map(quoted, trial.command)))
+        path = (
+            f"PYTHONPATH={quoted(trial.root)}${{PYTHONPATH:+:$PYTHONPATH}} " if trial.root else ""
+        )
+        out.append(where + path + " ".join(map(quoted, trial.command)))
+    if plan.most > plan.count:
+        out.append(f"# more rounds, up to {plan.most} a side, while the gate is unsettled")
     out += [f"# provenance: {quoted(record)}" for record in plan.records]
     return [*out, " ".join(map(quoted, plan.summarise))]
 

@@ -67,10 +67,10 @@ def doubled(node):
         doubled(child)
 
 
-def ab(tmp_path, *options, script="mine.py", cwd=None):
+def ab(tmp_path, *options, script="mine.py", cwd=None, env=None):
     """profile.sh's A/B run of script in env mode, from the checkout."""
     args = ["--recipe", helpers().recipe(tmp_path, proton="{mode: env}"), *options]
-    env = helpers().environment(GPU)
+    env = helpers().environment({**GPU, **(env or {})})
     env = {k: v for k, v in env.items() if v is not None}
     return run(PROFILE, *args, "--", PY, script, env=env, cwd=cwd or tmp_path / "repo")
 
@@ -84,9 +84,13 @@ def test_make_ab_interleaves_trials_of_both_sides_and_compares_them(tmp_path):
     assert os.readlink(runs / "latest") == run_.name
     order = "base trial1\nnow trial1\nnow trial2\nbase trial2\nbase trial3\nnow trial3\n"
     assert (run_ / "order").read_text() == order
-    # Each side imported its own helper.py: the base's from the revision, unpacked.
+    # Each side imported its own helper.py: the base's from the revision, unpacked; each
+    # ran once first, its capture set aside, never one of the compared trials.
     ran = (tmp_path / "ran.log").read_text().split()
-    assert ran == [line.split()[0] for line in order.splitlines()]
+    assert ran == ["base", "now"] + [line.split()[0] for line in order.splitlines()]
+    assert all((run_ / "warmup" / side / "proton.hatchet").is_file() for side in ("base", "now"))
+    assert "warm-up: each side ran once first, its capture set aside" in p.stderr
+    assert "3 trials a side, compared 1 time\n" in p.stderr  # settled: no more rounds
     assert all(
         (run_ / side / f"trial{k}" / "proton.hatchet").is_file()
         for side in ("base", "now")
@@ -94,6 +98,7 @@ def test_make_ab_interleaves_trials_of_both_sides_and_compares_them(tmp_path):
     )
     assert (run_ / "tree" / "helper.py").read_text().startswith("NAME = 'base'")
     d = json.loads((run_ / "compare.json").read_text())["proton_diff"]
+    assert (d["total"]["n_base"], d["total"]["n"]) == (3, 3)
     assert d["interleaved"] and "not interleaved" not in d["first_line"]
     assert d["first_line"].startswith("add_kernel: 2.000x slower") and d["regressions"]
     assert (run_ / "compare.md").read_text().startswith(f"**{escape(d['first_line'])}**")
@@ -117,13 +122,13 @@ def test_make_ab_against_a_folder_from_a_subfolder_runs_the_copy_s_script_at_its
     repo = checkout(tmp_path)
     copy = tmp_path / "copy"
     shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
-    for tree, name in ((repo, "now-sub"), (copy, "copy-sub")):
+    for tree, name in ((repo, "now-top"), (copy, "copy-top")):
         (tree / "sub").mkdir()
         shutil.copy(tree / "mine.py", tree / "sub")
-        helper(tree / "sub", name, TREE)
+        helper(tree, name, TREE)  # found at its tree's top, first on PYTHONPATH
     p = ab(tmp_path, "--rev", "../../copy", "--trials", "1", cwd=repo / "sub")
     assert p.returncode == 0, p.stderr
-    assert sorted((tmp_path / "ran.log").read_text().split()) == ["copy-sub", "now-sub"]
+    assert (tmp_path / "ran.log").read_text().split() == ["copy-top", "now-top"] * 2
 
 
 def test_make_ab_against_a_folder_or_a_script(tmp_path):
@@ -135,14 +140,8 @@ def test_make_ab_against_a_folder_or_a_script(tmp_path):
     (repo / "base.py").write_text((repo / "mine.py").read_text().replace("helper.NAME", "'script'"))
     p = ab(tmp_path, "--base-script", "base.py", "--trials", "2", "--min-ms", "0")
     assert p.returncode == 0, p.stderr
-    assert (tmp_path / "ran.log").read_text().split() == [
-        "copy",
-        "now",
-        "script",
-        "now",
-        "now",
-        "script",
-    ]
+    ran = (tmp_path / "ran.log").read_text().split()
+    assert ran == ["copy", "now"] * 2 + ["script", "now"] * 2 + ["now", "script"]
     assert "one run a side" not in p.stdout.splitlines()[0]
 
 
@@ -168,6 +167,8 @@ def test_make_ab_refuses_a_revision_without_the_script_or_outside_git(tmp_path):
         (["--fail-above", "abc"], "--fail-above takes a number >= 0, not abc"),
         (["--min-ms", "-1"], "--min-ms takes a number >= 0, not -1"),
         (["--backend", "instrumentation"], "an A/B run compares times, not the instrumentation"),
+        (["--max-trials", "4"], "--max-trials is below the 5 trials a side the run starts with"),
+        (["--max-trials", "ten"], "--max-trials takes 1 to 999"),
     ],
 )
 def test_a_usage_error_is_one_line_before_any_trial_and_leaves_no_run_folder(
@@ -178,6 +179,52 @@ def test_a_usage_error_is_one_line_before_any_trial_and_leaves_no_run_folder(
     assert p.returncode == 2 and p.stderr.startswith(f"profile.sh: error: {line}")
     assert p.stderr.count("\n") == 1
     assert not (tmp_path / "ran.log").exists() and not (repo / "profiling_results").exists()
+
+
+def test_rows_left_unsettled_get_more_rounds_up_to_max_trials_and_every_look_counts(tmp_path):
+    repo = checkout(tmp_path)
+    count = tmp_path / "count"  # the working tree's add_kernel: 1x and 2x by turns
+    (repo / "helper.py").write_text(
+        f"NAME = 'now'\nwith open({str(count)!r}, 'a+') as f:\n    f.write('.')\n"
+        f"    f.seek(0)\n    CAPTURE = ({str(TREE)!r}, {str(tmp_path / 'slower.hatchet')!r})"
+        "[len(f.read()) % 2]\n"
+    )
+    p = ab(tmp_path, "--rev", "HEAD", "--trials", "2", "--max-trials", "5", "--fail-above", "10")
+    assert p.returncode in (0, 3), p.stderr
+    assert "unsettled after 2 trials a side: " in p.stderr and "; rounds up to 4\n" in p.stderr
+    assert "unsettled after 4 trials a side: " in p.stderr and "; rounds up to 5\n" in p.stderr
+    assert "5 trials a side, compared 3 times\n" in p.stderr
+    (run_,) = (repo / "profiling_results" / "ab").glob("2*")
+    assert (run_ / "order").read_text().count("\n") == 10 and len(count.read_text()) == 6
+    d = json.loads((run_ / "compare.json").read_text())["proton_diff"]
+    assert (d["total"]["n_base"], d["total"]["n"]) == (5, 5)
+    assert d["kernels"][0]["verdict"] == "inconclusive"  # at 5 trials, the most, still
+    lows = []  # the final comparison's interval is the one that counts its 3 looks
+    for looks in ("3", "1"):
+        again = run(
+            PY, ROOT / "parse_hatchet.py", run_ / "now", "--diff", run_ / "base", "--looks", looks
+        )
+        lows.append(json.loads(again.stdout)["proton_diff"]["kernels"][0]["low"])
+    assert lows[0] == d["kernels"][0]["low"] != lows[1]
+
+
+def test_a_side_that_imports_the_other_side_s_code_stops_before_any_timed_round(tmp_path):
+    repo = checkout(tmp_path)
+    (repo / "src" / "kernels").mkdir(parents=True)  # on PYTHONPATH by its absolute path
+    (repo / "src" / "kernels" / "__init__.py").write_text("")
+    (repo / "mine.py").write_text("import kernels\n" + (repo / "mine.py").read_text())
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "src"]
+    assert run("git", "add", "src", "mine.py", cwd=repo).returncode == 0
+    assert run(*git, cwd=repo).returncode == 0
+    p = ab(tmp_path, "--rev", "HEAD", env={"PYTHONPATH": str(repo / "src")})
+    assert p.returncode == 2 and p.stderr.endswith(
+        f"profile.sh: error: the base imported kernels from {repo}/src/kernels/__init__.py, "
+        "the working tree: an editable install (pip install -e) or an absolute PYTHONPATH "
+        "puts it first\n"
+    )
+    assert (tmp_path / "ran.log").read_text().split() == ["base", "now"]  # the warm-up alone
+    (run_,) = (repo / "profiling_results" / "ab").glob("2*")
+    assert sorted(f.name for f in run_.iterdir()) == ["tree", "warmup"]
 
 
 def test_an_interrupted_make_ab_writes_no_compare_and_keeps_latest(tmp_path):
@@ -293,6 +340,9 @@ def test_make_ab_passes_rev_or_base_script_and_the_gate_to_profile_sh():
     assert (
         "--trials '7'" in p.stdout and "--rev 'v1'" in p.stdout and "--fail-above '1'" in p.stdout
     )
+    assert "--max-trials" not in p.stdout  # profile.sh's default, 20
+    p = run("make", "-n", "--no-print-directory", "ab", "FAIL_ABOVE=1", "MAX_TRIALS=40")
+    assert "--max-trials '40'" in p.stdout
     p = run("make", "-n", "--no-print-directory", "ab", "BASE_SCRIPT=-old.py", "ANY_DEVICE=1")
     assert "--base-script './-old.py'" in p.stdout and "--any-device" in p.stdout
     assert "--rev" not in p.stdout and "--trials" not in p.stdout  # 5, profile.sh's default

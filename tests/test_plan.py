@@ -175,7 +175,7 @@ def test_at_most_two_python_processes_beside_the_workload_per_trial(trials, comm
         assert list(trial.command[: len(start) + 1]) == [*start, LAUNCH]
     beside = [p for p in plan.processes if p not in [t.command for t in plan.trials]]
     assert beside == [plan.summarise]  # and the driver itself: 2 in all, whatever the trials
-    assert len(plan.trials) == trials * (2 if ab else 1)
+    assert len(plan.trials) == (trials + 1) * 2 if ab else trials  # an A/B's warm-up first
 
 
 def test_an_a_b_plan_compares_with_the_world_size_and_the_ceiling_and_records_each_side():
@@ -195,7 +195,14 @@ def test_an_a_b_plan_compares_with_the_world_size_and_the_ceiling_and_records_ea
     assert plan.records == (f"{folder}/now/provenance.json", f"{folder}/base/provenance.json")
     sides = [(t.side, t.number, t.cwd) for t in plan.trials]
     base = f"{folder}/tree/sub"
-    assert sides == [("base", 1, base), ("now", 1, "."), ("now", 2, "."), ("base", 2, base)] + [
+    assert sides == [
+        ("base", 0, base),
+        ("now", 0, "."),
+        ("base", 1, base),
+        ("now", 1, "."),
+        ("now", 2, "."),
+        ("base", 2, base),
+    ] + [
         ("base", 3, base),
         ("now", 3, "."),
         ("now", 4, "."),
@@ -203,6 +210,46 @@ def test_an_a_b_plan_compares_with_the_world_size_and_the_ceiling_and_records_ea
         ("base", 5, base),
         ("now", 5, "."),
     ]
+
+
+def test_an_a_b_warms_up_each_side_then_adds_rounds_to_most_trials_only_where_a_gate_is():
+    host = dataclasses.replace(HOST, git_prefix="", top="/work")
+    gate = ("--fail-above", "5")
+    plan = planned(host=host, rev="HEAD", trials=2, gate=gate)
+    folder, tree = plan.folder, f"{plan.folder}/tree"
+    warm = pl.round_of(plan, 0)  # base, then now, set aside, each noting its imports
+    assert [(t.side, t.folder, t.root) for t in warm] == [
+        ("base", f"{folder}/warmup/base", tree),
+        ("now", f"{folder}/warmup/now", "/work"),
+    ]
+    assert all(t.command[2:4] == ("--imports", f"{t.folder}/imports.json") for t in warm)
+    assert plan.trials[:2] == warm and (plan.count, plan.most) == (2, pl.AB_MOST)
+    later = pl.round_of(plan, 20)  # the last round of 20 a side: now first, in an even round
+    assert [(t.side, t.folder) for t in later] == [
+        (s, f"{folder}/{s}/trial20") for s in ("now", "base")
+    ]
+    assert "--imports" not in later[0].command and pl.round_of(plan, 20) == later  # pure
+    printed = pl.lines(plan)
+    assert printed[1] == "# warm-up: each side runs once first, its capture set aside"
+    assert printed[2].startswith(f"cd {tree} && PYTHONPATH={tree}${{PYTHONPATH:+:$PYTHONPATH}} ")
+    assert "# more rounds, up to 20 a side, while the gate is unsettled" in printed
+    assert planned(host=host, rev="HEAD", trials=2, max_trials=8, gate=gate).most == 8
+    assert planned(host=host, rev="HEAD", trials=30, gate=gate).most == 30
+    assert planned(host=host, rev="HEAD", max_trials=8).most == 5  # no gate: nothing to settle
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--max-trials", "x"], "--max-trials takes 1 to 999"),
+        (["--max-trials", "4", "--rev", "HEAD"], "--max-trials is below the 5 trials a side"),
+        (["--trials", "9", "--max-trials", "8", "--rev", "v"], "below the 9 trials a side"),
+        (["--max-trials", "8"], "--max-trials needs an A/B run: --rev or --base-script"),
+    ],
+)
+def test_most_trials_is_refused_below_trials_or_outside_an_a_b(argv, message):
+    with pytest.raises(Refused, match=message):
+        pl.parse("python", [*argv, "--", "python", "x.py"])
 
 
 def test_a_compare_plan_runs_the_summariser_alone():

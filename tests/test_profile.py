@@ -157,6 +157,7 @@ def test_pyyaml_on_pythonpath_is_found(tmp_path):
             f"--trials {n} -- python mine.py -> --trials takes 1 to 999"
             for n in "0 1000 x 07".split()
         ],
+        "--max-trials 8 -- python mine.py -> --max-trials needs an A/B run: --rev or --base",
         "-- bash -c true -> must run a .py script through its interpreter or launcher",
         "-- mine.py -> must run a .py script through its interpreter or launcher",
         "-- /no/python3 mine.py -> no interpreter /no/python3",
