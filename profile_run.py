@@ -16,7 +16,18 @@ import time
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # summary/, under PYTHONSAFEPATH too
 from summary import Refused  # noqa: E402
-from summary.plan import Host, Options, Plan, lines, make_plan, moved, parse, plain, round_of  # noqa: E402, E501
+from summary.plan import (
+    Host,
+    Options,
+    Plan,
+    lines,
+    make_plan,
+    moved,
+    parse,
+    plain,
+    round_of,
+    shares,
+)  # noqa: E402, E501
 from summary.recipe import load  # noqa: E402
 
 DEVICE_FILES = {"amd": "/dev/kfd", "nvidia": "/dev/nvidiactl"}
@@ -237,8 +248,8 @@ def run_plan(plan: Plan) -> int:
         say("warm-up: each side ran once first, its capture set aside in warmup/")
         check_imports(plan)
     run_rounds(plan, children, 1, count := plan.count)
-    looks = 1  # each comparison made: the last one's Bonferroni counts them all
-    while count < plan.most and (rows := unsettled_rows(plan, looks)):
+    share, looks = shares(plan.count, plan.most), 1
+    while count < plan.most and (rows := unsettled_rows(plan, share[looks - 1])):
         more, looks = min(2 * count, plan.most), looks + 1
         names = ", ".join(row.name for row in rows)
         say(f"unsettled after {count} trials a side: {names[:200]}; rounds up to {more}")
@@ -246,7 +257,8 @@ def run_plan(plan: Plan) -> int:
     if len(plan.sides) > 1:
         say(f"{count} trials a side, compared {looks} time{'s' * (looks > 1)}")
     write_provenance(plan)
-    status = children.run((*plan.summarise, *("--looks", str(looks)) * (looks > 1)))
+    divisor = share[looks - 1]
+    status = children.run((*plan.summarise, *("--looks", str(divisor)) * (divisor > 1)))
     compared = plan.kind in ("ab", "compare")
     if status in ((0, 3) if compared else (0,)):
         link(plan)
@@ -291,8 +303,8 @@ def check_imports(plan: Plan) -> None:
 
 
 def unsettled_rows(plan: Plan, looks: int) -> list:
-    """The rows an A/B's comparison so far leaves unsettled, at its looks-th look; none
-    where it cannot compare (the final comparison says why)."""
+    """The rows an A/B's comparison so far leaves unsettled, its rate divided by looks;
+    none where it cannot compare (the final comparison says why)."""
     import parse_hatchet as ph
     from summary.compare import unsettled
 

@@ -276,6 +276,16 @@ def make_plan(options: Options, recipe: Recipe | None, host: Host) -> Plan:
     )  # fmt: skip
 
 
+def shares(count: int, most: int) -> list:
+    """Alpha spending over an A/B's looks: the k-th comparison's rate divided by 2^k, the
+    last one the rounds may reach taking the rest (looks of 5, 10, 20 trials a side: 2, 4,
+    4), so that 1/2 + 1/4 + 1/4 = 1 and false alarms over the whole run stay within alpha."""
+    looks = 1
+    while count < most:
+        count, looks = min(2 * count, most), looks + 1
+    return [1] if looks == 1 else [2**k for k in range(1, looks)] + [2 ** (looks - 1)]
+
+
 def quoted(word: str) -> str:
     """word as bash reads it back, on one line whatever it holds (as printf %q quotes it)."""
     if word.isprintable():

@@ -317,3 +317,13 @@ def test_the_driver_started_alone_says_how_to_start_it():
     assert p.returncode == 2 and p.stderr == (
         "profile.sh: error: run through profile.sh, which names the workload's interpreter\n"
     )
+
+
+@pytest.mark.parametrize("count, most", [(5, 20), (2, 5), (5, 10), (3, 100), (5, 5)])
+def test_an_a_b_s_looks_spend_no_more_than_alpha_over_the_run(count, most):
+    share = pl.shares(count, most)
+    looks, n = 1, count
+    while n < most:
+        n, looks = min(2 * n, most), looks + 1
+    assert len(share) == looks and sum(1 / d for d in share) == 1
+    assert share == sorted(share) and (share == [1]) == (count >= most)
