@@ -1,0 +1,83 @@
+"""make ab as a CI job runs it: ONLY's kernels judged alone, traces compared only across
+--any-device."""
+
+import json
+import sys
+
+import pytest
+
+import test_ab
+from conftest import ROOT, run
+from summary import Refused
+from summary.plan import Host, Options, make_plan, parse
+from summary.recipe import load
+
+FIXTURES = ROOT / "tests" / "fixtures"
+TRIALS = FIXTURES / "h200-trials"  # the slower run's softmax_kernel is 2.3x the base's
+TRACE = FIXTURES / "h200-softmax-python.chrome_trace"
+
+
+def cli(*args):
+    return run(sys.executable, ROOT / "parse_hatchet.py", *args)
+
+
+def test_only_judges_and_gates_the_kernels_it_finds_alone(tmp_path):
+    out = tmp_path / "c.json"
+    gated = [TRIALS / "slower", "--diff", TRIALS / "base", "--fail-above", "5", "-o", out]
+    assert cli(*gated).returncode == 3  # softmax_kernel, its call site and the GPU time
+    whole = json.loads(out.read_text())
+    p = cli(*gated, "--only", "elementwise")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(out.read_text())["proton_diff"]
+    judged = [k["name"] for k in d["kernels"]]
+    assert judged and all("elementwise" in name for name in judged)
+    assert (
+        d["rows_judged"]
+        == 1 + len(judged) + len(d["callsites"])
+        < whole["proton_diff"]["rows_judged"]
+    )
+    kernels = [k for k in whole["proton_kernels"] if "elementwise" in k["name"]]  # trial 1
+    assert d["total"]["times_ms"][0] == pytest.approx(sum(k["total_ms"] for k in kernels))
+    assert d["first_line"].endswith("; only kernels matching elementwise judged")
+    assert len(json.loads(out.read_text())["proton_kernels"]) == len(whole["proton_kernels"])
+
+
+@pytest.mark.parametrize(
+    "regex, line", [("(", "is no regular expression"), ("^nothing$", "finds no kernel")]
+)
+def test_an_only_that_is_no_regex_or_finds_nothing_is_one_line_exit_2(regex, line):
+    p = cli(TRIALS / "slower", "--diff", TRIALS / "base", "--only", regex)
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1
+    assert line in p.stderr
+
+
+def test_make_ab_and_make_compare_pass_only_and_refuse_a_bad_one_before_any_trial(tmp_path):
+    for target in ("ab", "compare"):
+        p = run("make", "-n", "--no-print-directory", target, "ONLY=^tri$$", f"OUT={tmp_path}")
+        assert "--only '^tri$'" in p.stdout, p.stderr
+    repo = test_ab.checkout(tmp_path)
+    p = test_ab.ab(tmp_path, "--rev", "HEAD", "--only", "(")
+    assert p.returncode == 2 and p.stderr.startswith("profile.sh: error: --only '('")
+    assert p.stderr.count("\n") == 1 and not (tmp_path / "ran.log").exists()
+    assert not (repo / "profiling_results").exists()
+
+
+def test_traces_compare_only_with_any_device_which_the_first_line_says(tmp_path):
+    p = cli(TRACE, "--diff", TRACE)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert "devices unchecked: a trace records none" in p.stderr
+    p = cli(TRACE, "--diff", TRACE, "--any-device", "--table")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0].endswith(
+        "; devices unchecked: a trace records none (--any-device)"
+    )
+
+
+def test_an_a_b_run_of_traces_without_any_device_is_refused_before_any_trial(tmp_path):
+    host = Host(str(ROOT), str(tmp_path), "s", gpu=True, git_prefix="")
+    recipe = load(str(ROOT / "recipe.yaml"), {"data": "trace"})
+    argv = ["--rev", "HEAD", "--", "python3", "mine.py"]
+    with pytest.raises(Refused, match="a trace records no device"):
+        make_plan(parse("python3", argv), recipe, host)
+    assert make_plan(parse("python3", ["--any-device", *argv]), recipe, host).trials
+    assert make_plan(Options(command=("python3", "mine.py")), recipe, host).kind == "trace"
