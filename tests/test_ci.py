@@ -1,13 +1,16 @@
 """make ab as a CI job runs it: ONLY's kernels judged alone, traces compared only across
---any-device."""
+--any-device, and the workload payload."""
 
+import importlib.util
 import json
+import re
+import shutil
 import sys
 
 import pytest
 
 import test_ab
-from conftest import ROOT, run
+from conftest import HAS_GPU, ROOT, run
 from summary import Refused
 from summary.plan import Host, Options, make_plan, parse
 from summary.recipe import load
@@ -15,6 +18,7 @@ from summary.recipe import load
 FIXTURES = ROOT / "tests" / "fixtures"
 TRIALS = FIXTURES / "h200-trials"  # the slower run's softmax_kernel is 2.3x the base's
 TRACE = FIXTURES / "h200-softmax-python.chrome_trace"
+WORKLOAD = ROOT / "tests" / "payloads" / "workload.py"
 
 
 def cli(*args):
@@ -81,3 +85,32 @@ def test_an_a_b_run_of_traces_without_any_device_is_refused_before_any_trial(tmp
         make_plan(parse("python3", argv), recipe, host)
     assert make_plan(parse("python3", ["--any-device", *argv]), recipe, host).trials
     assert make_plan(Options(command=("python3", "mine.py")), recipe, host).kind == "trace"
+
+
+# The workload payload: torch alone.
+
+
+def test_the_workload_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path):
+    spec = importlib.util.spec_from_file_location("workload", WORKLOAD)
+    spec.loader.exec_module(module := importlib.util.module_from_spec(spec))
+    assert len(module.CONFIGS) == 3 and hasattr(module.scale_add_kernel, "configs")
+    if HAS_GPU:
+        return
+    alone = tmp_path / "workload.py"  # no other file of the repository beside it
+    shutil.copy(WORKLOAD, alone)
+    p = run(sys.executable, alone, cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout == ""
+    assert p.stderr == "workload: needs a CUDA or ROCm GPU: nothing run\n"
+
+
+@pytest.mark.gpu
+def test_gpu_make_profile_of_the_workload(tmp_path):
+    script = "SCRIPT=tests/payloads/workload.py"
+    p = run("make", "-s", "profile", f"OUT={tmp_path}", script, "ARGS=--iters 5")
+    assert p.returncode == 0 and "workload: PASS" in p.stdout, p.stdout + p.stderr
+    s = json.loads((tmp_path / "profile" / "latest" / "summary.json").read_text())
+    names = [k["name"] for k in s["proton_kernels"]]
+    assert [n for n in names if n.startswith("triton_")], names  # Inductor's
+    assert [n for n in names if re.search("gemm|Cijk|cutlass", n)], names  # cuBLAS's
+    assert [n for n in names if n.startswith("scale_add_kernel")], names
+    assert any(site["autotuning"] for site in s["proton_callsites"])
