@@ -1,8 +1,9 @@
 """make ab as a CI job runs it: ONLY's kernels judged alone, traces compared only across
---any-device, and the workload payload."""
+--any-device, the workload payload, and bench/gpu.sh's ci step."""
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import sys
@@ -114,3 +115,40 @@ def test_gpu_make_profile_of_the_workload(tmp_path):
     assert [n for n in names if re.search("gemm|Cijk|cutlass", n)], names  # cuBLAS's
     assert [n for n in names if n.startswith("scale_add_kernel")], names
     assert any(site["autotuning"] for site in s["proton_callsites"])
+
+
+# bench/gpu.sh ci, through a make that records what it is asked.
+
+FAKE_MAKE = """#!/usr/bin/env bash
+echo "$*" >>"$MAKE_LOG"
+for word; do [[ $word != OUT=* ]] || out=${word#OUT=}; done
+mkdir -p "$out/ab/run" && ln -sfn run "$out/ab/latest"
+echo "A/A of ${*: -1}" >"$out/ab/run/compare.md" && echo {} >"$out/ab/run/compare.json"
+"""
+
+
+def test_gpu_sh_ci_times_an_a_a_make_ab_of_the_example_and_of_the_workload(tmp_path):
+    (bin_ := tmp_path / "bin").mkdir()
+    (bin_ / "make").write_text(FAKE_MAKE)
+    (bin_ / "make").chmod(0o755)
+    env = {
+        "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}",
+        "MAKE_LOG": str(tmp_path / "make.log"),
+        "OUT": str(tmp_path / "out"),
+        "PARTS": str(tmp_path / "parts"),
+    }
+    p = run(ROOT / "bench" / "gpu.sh", "ci", env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    asked = (tmp_path / "make.log").read_text().splitlines()
+    assert asked == [
+        f"ab REV=HEAD FAIL_ABOVE=1 OUT={tmp_path}/parts/ci-example",
+        f"ab REV=HEAD FAIL_ABOVE=1 OUT={tmp_path}/parts/ci-workload "
+        "SCRIPT=tests/payloads/workload.py",
+    ]
+    steps = (tmp_path / "out" / "steps.txt").read_text()
+    assert re.fullmatch(r"ci-example rc=0 seconds=\d+\nci-workload rc=0 seconds=\d+\n", steps)
+    for name in ("example", "workload"):
+        assert {f.name for f in (tmp_path / "out" / f"ci-{name}").iterdir()} == {
+            "compare.md",
+            "compare.json",
+        }
