@@ -16,8 +16,9 @@
 # and two more, only when named:
 #   ab      make ab of softmax.py without its streamed store (.cs) against it (2-3 min)
 #   ci      make ab FAIL_ABOVE=1 A/A against HEAD (or, outside git, a copy of this tree), as
-#           CI runs it, of SCRIPT's default (ci-example) and of tests/payloads/workload.py
-#           (ci-workload), each compare.md and compare.json copied into OUT/ci-<name>
+#           docs/ci.md's workflow runs it, of SCRIPT's default (ci-example) and of
+#           tests/payloads/workload.py (ci-workload): their seconds are docs/ci.md's minutes;
+#           each compare.md and compare.json copied into OUT/ci-example and OUT/ci-workload
 # Each step stops at 590 s, so that it fits one 10-minute command. The parts wait in
 # PARTS (relative to the checkout; default profiling_results/gpu: ignored by git, so
 # kept between commands on one machine), beside quack, which says whether QuACK could be installed: if not, it is

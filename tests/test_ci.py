@@ -1,5 +1,6 @@
 """make ab as a CI job runs it: ONLY's kernels judged alone, traces compared only across
---any-device, the workload payload, and bench/gpu.sh's ci step."""
+--any-device, the workload payload, bench/gpu.sh's ci step, and docs/ci.md's workflow run
+step by step against a pull request in a git checkout of its own, through the fake Proton."""
 
 import importlib.util
 import json
@@ -7,8 +8,10 @@ import os
 import re
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 import test_ab
 from conftest import HAS_GPU, ROOT, run
@@ -152,3 +155,66 @@ def test_gpu_sh_ci_times_an_a_a_make_ab_of_the_example_and_of_the_workload(tmp_p
             "compare.md",
             "compare.json",
         }
+
+
+# docs/ci.md's workflow, its run: steps in a pull request's checkout.
+
+TOOLING = ["Makefile", "profile.sh", "profile_run.py", "proton_launch.py", "parse_hatchet.py"]
+
+
+def workflow():
+    text = (ROOT / "docs" / "ci.md").read_text()
+    return yaml.safe_load(re.search(r"<!-- workflow: .*?-->\n```yaml\n(.*?)```", text, re.S)[1])
+
+
+def pull_request(tmp_path, change):
+    """A checkout of main at origin/main's tip, then a pull request's commit: the largest
+    kernel 2x slower, nothing that runs, or a script of its own; the tooling beside, untracked."""
+    repo = test_ab.checkout(tmp_path)
+    assert run("git", "update-ref", "refs/remotes/origin/main", "HEAD", cwd=repo).returncode == 0
+    if change == "nothing":
+        test_ab.helper(repo, "base", test_ab.TREE)
+        (repo / "notes.txt").write_text("")
+    elif change == "a script":
+        shutil.copy(repo / "mine.py", repo / "new.py")
+    commit = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "pr"]
+    assert run("git", "add", ".", cwd=repo).returncode == 0 and run(*commit, cwd=repo)
+    for name in [*TOOLING, "recipe.yaml", "requirements.txt", "requirements-dev.txt"]:
+        shutil.copy(ROOT / name, repo / name)
+    shutil.copytree(ROOT / "summary", repo / "summary")
+    installed = (venv := Path(sys.executable).parent.parent) / ".installed"
+    if installed.exists():  # make setup's stamp newer than the copies: no setup runs
+        for name in ("requirements.txt", "requirements-dev.txt"):
+            os.utime(repo / name, (installed.stat().st_mtime - 60,) * 2)
+    return repo, venv
+
+
+@pytest.mark.parametrize(
+    "change, status", [("slower", 3), ("nothing", 0), ("a script", 2)], ids=str
+)
+def test_the_workflow_s_steps_gate_the_pull_request_and_summarise_it(tmp_path, change, status):
+    repo, venv = pull_request(tmp_path, change)
+    summary = tmp_path / "step-summary.md"
+    env = test_ab.helpers().environment(test_ab.GPU)
+    env = {k: v for k, v in env.items() if v is not None}
+    recipe = test_ab.helpers().recipe(tmp_path, proton="{mode: env}")
+    env |= {"GITHUB_STEP_SUMMARY": summary, "VENV": venv, "RECIPE": recipe, "TRIALS": "3"}
+    env["SCRIPT"] = "new.py" if change == "a script" else "mine.py"
+    steps, ran = workflow()["jobs"]["ab"]["steps"], []
+    for step in steps:
+        if "run" in step and (not ran or not ran[-1].returncode or step.get("if") == "always()"):
+            command = step["run"].replace("${{ github.base_ref }}", "main")
+            ran.append(run("bash", "-e", "-c", command, env=env, cwd=repo))
+    gate, summarised = ran
+    assert summarised.returncode == 0, summarised.stderr
+    latest = repo / "profiling_results" / "ab" / "latest"
+    if status == 2:  # the base has no such script: one line, before any trial
+        said = [line for line in gate.stderr.splitlines() if line.startswith("profile.sh")]
+        assert re.fullmatch(r"profile\.sh: error: [0-9a-f]{40} has no new\.py", *said)
+        assert not latest.exists() and summary.read_text() == ""
+    else:
+        assert summary.read_text() == (latest / "compare.md").read_text()
+        uploaded = repo / steps[-1]["with"]["path"]
+        assert (uploaded / "compare.json").is_file() and steps[-1]["if"] == "always()"
+    assert gate.returncode == (2 if status else 0)  # make's own 2, then profile.sh's status
+    assert (f"ab] Error {status}" in gate.stderr) == bool(status), gate.stderr
