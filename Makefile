@@ -32,6 +32,8 @@ CUR ?= $(OUT)/profile/latest
 BASE ?= $(OUT)/profile/previous
 FAIL_ABOVE ?=
 MIN_MS ?=
+# ONLY=regex judges and gates only the kernels whose name it finds ($ is make's: write $$).
+ONLY ?=
 ANY_DEVICE ?=
 REV ?= HEAD
 MAX_TRIALS ?=
@@ -106,7 +108,7 @@ WORLD = $(if $(filter-out 1,$(NPROC)),--world-size $(call q,$(NPROC)))
 PROFILE = $(call q,$(HERE)/profile.sh) --recipe $(call q,$(RECIPE)) --results $(call q,$(OUT)) \
   $(if $(HOOK),--hook $(call q,$(HOOK))) $(if $(TRIALS),--trials $(call q,$(TRIALS))) $(WORLD)
 GATE = $(if $(FAIL_ABOVE),--fail-above $(call q,$(FAIL_ABOVE))) \
-  $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS))) \
+  $(if $(MIN_MS),--min-ms $(call q,$(MIN_MS))) $(if $(ONLY),--only $(call q,$(ONLY))) \
   $(if $(ANY_DEVICE),$(if $(filter-out x1,x$(ANY_DEVICE)),$(error ANY_DEVICE takes 1 or nothing: \
   not $(ANY_DEVICE)),--any-device))
 # profile.sh's options for each target that runs SCRIPT under it. Shadow context for
@@ -141,7 +143,7 @@ view: setup ## print the latest profile's tree (proton-viewer -m time/ms)
 	  [[ -n $$f ]] || { echo "make view: no capture in "$(call q,$(OUT)/profile/latest)": run make profile" >&2; exit 2; }; \
 	  $(PY) -m triton.profiler.viewer -m time/ms -f function_line "$$f"
 
-compare: setup ## CUR against BASE (latest and previous profile): verdicts; FAIL_ABOVE, MIN_MS: OUT/compare
+compare: setup ## CUR against BASE (latest and previous profile): verdicts; FAIL_ABOVE, MIN_MS, ONLY: OUT/compare
 	@for run in $(call q,$(CUR)) $(call q,$(BASE)); do [[ -e $$run ]] || { echo "make compare:" \
 	  "no run $$run: run make profile twice first, or set CUR= and BASE=" >&2; exit 2; }; done
 	$(call q,$(HERE)/profile.sh) --results $(call q,$(OUT)) \

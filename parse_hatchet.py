@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from msgspec import UNSET
 
-from summary import Refused, compare, files, text, views
+from summary import Refused, compare, files, only, text, views
 from summary.records import CallSite, Frame, Kernel, SiteKernel, Summary, from_json, to_json
 from summary.run import (
     AUTOTUNING,
@@ -250,6 +250,7 @@ def parser() -> Parser:
     )
     p.add_argument("--same", type=parse_percent, metavar="PCT", help="within it: same (2)")
     p.add_argument("--any-device", action="store_true", help="compare across devices")
+    p.add_argument("--only", metavar="REGEX", help="judge only the kernels it finds in a name")
     p.add_argument("--looks", type=parse_count, default=1, metavar="N", help=argparse.SUPPRESS)
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison here (-: stdout)")
     return p
@@ -257,9 +258,9 @@ def parser() -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     args = (p := parser()).parse_args(argv)
-    judging = (args.fail_above, args.min_ms, args.same, args.markdown)
+    judging = (args.fail_above, args.min_ms, args.same, args.markdown, args.only)
     if args.diff is None and (args.any_device or any(x is not None for x in judging)):
-        p.error("--fail-above, --min-ms, --same, --any-device and --markdown need --diff")
+        p.error("--fail-above, --min-ms, --same, --any-device, --only, --markdown need --diff")
     # Decoded captures hold no cycles, and the cyclic collector would walk a growing
     # capture again and again: most of the time. It waits till the summary is made.
     gc.disable()
@@ -356,12 +357,13 @@ def compare_with_base(
             raise Refused(f"{path[:200]} is a run of trials, saved: compare its run's folder")
     if problem := problem or compare.find_unfit_base(sides[0]):
         return UNSET, f"--diff {args.diff[:200]}: {problem}"
+    sides = only.select(sides, args.only)
     ab = ab_sides(args)
     if refused := compare.find_refusal(*sides, ab, args.any_device):
         raise Refused(f"--diff {args.diff[:200]}: {refused}")
     given = {k: getattr(args, k) for k in compare.Gate._fields}
     gate = compare.Gate(**{k: v for k, v in given.items() if v is not None})
-    return compare.diff(*sides, args.diff, gate, ab, args.looks), None
+    return only.note(compare.diff(*sides, args.diff, gate, ab, args.looks), args.only, gate), None
 
 
 def refuse_shared_outputs(args: argparse.Namespace) -> None:
@@ -398,7 +400,8 @@ def ab_sides(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     refuse_shared_outputs(args)
-    ab_sides(args)  # refused before the summaries are made
+    ab_sides(args)  # refused before the summaries are made, as is --only's no regex
+    only.pattern(args.only)
     done, problem, found = summaries(args.paths, args.world_size, ceilings(args.ceiling))
     inputs = set(found.seen)
     output = None if args.output == "-" else args.output

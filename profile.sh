@@ -10,7 +10,7 @@
 #                [-- PYTHON]
 #
 # COMMAND: a .py script after its interpreter or a launcher; GATE: --fail-above PCT,
-# --min-ms MS, --any-device; an A/B (--rev, --base-script) runs each side once first, then
+# --min-ms MS, --only REGEX, --any-device; an A/B (--rev, --base-script) runs each side once first, then
 # TRIALS rounds, doubled while the gate is unsettled, up to --max-trials (20). docs/profiling.md
 # tells each option and folder.
 # Exit status: 0 summarised (compared: no regression); the command's own; 1 no capture;

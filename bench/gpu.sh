@@ -13,8 +13,12 @@
 #   rest    make bench POINTS=backward,host,profiling   (2-4 min)
 #   report  make bench-report MERGE=the three parts: bench/results/<device>.json, .md,
 #           plots and docs/performance.md, copied into OUT/results
-# and one more, only when named:
+# and two more, only when named:
 #   ab      make ab of softmax.py without its streamed store (.cs) against it (2-3 min)
+#   ci      make ab FAIL_ABOVE=1 A/A against HEAD (or, outside git, a copy of this tree), as
+#           docs/ci.md's workflow runs it, of SCRIPT's default (ci-example) and of
+#           tests/payloads/workload.py (ci-workload): their seconds are docs/ci.md's minutes;
+#           each compare.md and compare.json copied into OUT/ci-example and OUT/ci-workload
 # Each step stops at 590 s, so that it fits one 10-minute command. The parts wait in
 # PARTS (relative to the checkout; default profiling_results/gpu: ignored by git, so
 # kept between commands on one machine), beside quack, which says whether QuACK could be installed: if not, it is
@@ -25,8 +29,8 @@ set -euo pipefail
 steps=("$@")
 [[ $# -gt 0 ]] || steps=(test rows logits rest report)
 for s in "${steps[@]}"; do
-  [[ " test rows logits rest report ab " == *" $s "* ]] ||
-    { echo "gpu: no step '$s': test rows logits rest report ab" >&2 && exit 2; }
+  [[ " test rows logits rest report ab ci " == *" $s "* ]] ||
+    { echo "gpu: no step '$s': test rows logits rest report ab ci" >&2 && exit 2; }
 done
 [[ -n ${OUT:-} ]] || { echo "gpu: set OUT to the folder that receives the results" >&2 && exit 2; }
 out=$(realpath -m -- "$OUT")
@@ -85,11 +89,14 @@ report() { # the parts back into bench/results, merged there, and what that wrot
   cp -- "$stem".* "$stem"-*.png docs/performance.md "$out/results/"
 }
 
+copy() { # copy FOLDER: this tree, without its environment, results and history
+  rm -rf -- "$1" && mkdir -p -- "$1"
+  tar --exclude=./.venv --exclude=./profiling_results --exclude=./.git -cf - . | tar -xf - -C "$1"
+}
+
 ab() { # base: this tree with its store not streamed; now: this tree
   local base=$parts/no-streamed-store
-  rm -rf -- "$base" && mkdir -p -- "$base"
-  tar --exclude=./.venv --exclude=./profiling_results --exclude=./.git -cf - . |
-    tar -xf - -C "$base"
+  copy "$base"
   sed -i 's/, cache_modifier=".cs")/)/' "$base/softmax.py"
   if grep -q 'cache_modifier=".cs"' "$base/softmax.py"; then
     echo "gpu: softmax.py's store is not where ab looks for it" >&2
@@ -100,6 +107,18 @@ ab() { # base: this tree with its store not streamed; now: this tree
   mkdir -p -- "$out/ab" && cp -- "$parts"/ab/ab/latest/compare.* "$out/ab/" || failed=1
 }
 
+ci() { # each side this tree: an A/A run, timed as CI would run it
+  local rev=HEAD name script
+  git rev-parse --verify --quiet HEAD >/dev/null || { rev=$parts/aa && copy "$rev"; }
+  for name in example workload; do
+    script=()
+    [[ $name == example ]] || script=(SCRIPT=tests/payloads/workload.py)
+    step "ci-$name" make ab REV="$rev" FAIL_ABOVE=1 OUT="$parts/ci-$name" "${script[@]}" || failed=1
+    mkdir -p -- "$out/ci-$name" && cp -- "$parts/ci-$name"/ab/latest/compare.* "$out/ci-$name/" ||
+      failed=1
+  done
+}
+
 for s in "${steps[@]}"; do
   case $s in
     test) step test make test-gpu PYTEST_ARGS=-q || failed=1 ;;
@@ -108,6 +127,7 @@ for s in "${steps[@]}"; do
     rest) bench backward,host,profiling bench-rest ;;
     report) report ;;
     ab) ab ;;
+    ci) ci ;;
   esac
 done
 exit "$failed"

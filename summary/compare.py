@@ -372,6 +372,8 @@ def find_device_difference(base: list, now: list) -> str | None:
         for side in (base, now)
     ]
     was, is_ = (", ".join(sorted(m)) for m in models)
+    if not (was or is_) and all(side[0].proton_timeline for side in (base, now)):
+        return "devices unchecked: a trace records none"
     return f"devices differ: {was} against {is_}" if was and is_ and was != is_ else None
 
 

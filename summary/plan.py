@@ -3,6 +3,7 @@ pure function (make_plan) makes of them, the Recipe and the Host. profile_run.py
 plan (lines) or runs it; docs/profiling.md tells each part."""
 
 import os
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -14,9 +15,10 @@ from summary.run import number
 KINDS = {("tree", False): "profile", ("trace", False): "trace", ("tree", True): "intra"}
 KINDS["trace", True] = "intra-trace"
 # The options that take a value: the recipe's for one run, the comparison's gate (as
-# parse_hatchet.py takes it: a number >= 0 below 1e15), whole numbers up to a most, the rest.
+# parse_hatchet.py takes it: a number >= 0 below 1e15, or a regex), whole numbers up to a most,
+# the rest.
 OVERRIDES = ("--data", "--backend", "--context", "--hook")
-GATE = ("--fail-above", "--min-ms")
+GATE = ("--fail-above", "--min-ms", "--only")
 MOST = {"--trials": MAX_TRIALS, "--max-trials": MAX_TRIALS, "--world-size": 2**16}
 AB_TRIALS, AB_MOST = 5, 20  # an A/B's trials a side, and the most while rows are unsettled
 VALUED = (*OVERRIDES, *GATE, *MOST, "--recipe", "--results", "--output", "--rev", "--base-script")
@@ -138,6 +140,11 @@ def take(option: str, words: list) -> str | int:
     if not words or not words[0]:
         raise Refused(f"{option} needs a value, not an empty one")
     word = words.pop(0)
+    if option == "--only":  # compiled here as summary/only.py does, without its packages
+        try:
+            return re.compile(word).pattern
+        except re.error as e:
+            raise Refused(f"--only {word[:60]!r} is no regular expression: {e}") from None
     if option in GATE and ((value := number(word)) is None or value >= 1e15):
         raise Refused(f"{option} takes a number >= 0, not {word[:30]}")
     digits = len(word) < 7 and word.isascii() and word.isdecimal() and word[0] != "0"
@@ -242,6 +249,8 @@ def make_plan(options: Options, recipe: Recipe | None, host: Host) -> Plan:
         )
     if ab and recipe.backend == "instrumentation":
         raise Refused("an A/B run compares times, not the instrumentation backend's cycles")
+    if ab and recipe.data == "trace" and "--any-device" not in options.gate:
+        raise Refused("a trace records no device: an A/B of traces needs --any-device")
     if ab:  # the base runs in another folder: the run's by its whole path
         folder = os.path.normpath(os.path.join(host.cwd, folder))
     compared = (os.path.join(folder, "now"), os.path.join(folder, "base")) if ab else ()
