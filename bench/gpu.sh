@@ -13,12 +13,13 @@
 #   rest    make bench POINTS=backward,host,profiling   (2-4 min)
 #   report  make bench-report MERGE=the three parts: bench/results/<device>.json, .md,
 #           plots and docs/performance.md, copied into OUT/results
-# and two more, only when named:
+# and more, only when named:
 #   ab      make ab of softmax.py without its streamed store (.cs) against it (2-3 min)
 #   ci      make ab FAIL_ABOVE=1 A/A against HEAD (or, outside git, a copy of this tree), as
 #           docs/ci.md's workflow runs it, of SCRIPT's default (ci-example) and of
 #           tests/payloads/workload.py (ci-workload): their seconds are docs/ci.md's minutes;
 #           each compare.md and compare.json copied into OUT/ci-example and OUT/ci-workload
+#           (ci-example, ci-workload: one of the two, each within one 10-minute command)
 # Each step stops at 590 s, so that it fits one 10-minute command. The parts wait in
 # PARTS (relative to the checkout; default profiling_results/gpu: ignored by git, so
 # kept between commands on one machine), beside quack, which says whether QuACK could be installed: if not, it is
@@ -29,8 +30,8 @@ set -euo pipefail
 steps=("$@")
 [[ $# -gt 0 ]] || steps=(test rows logits rest report)
 for s in "${steps[@]}"; do
-  [[ " test rows logits rest report ab ci " == *" $s "* ]] ||
-    { echo "gpu: no step '$s': test rows logits rest report ab ci" >&2 && exit 2; }
+  [[ " test rows logits rest report ab ci ci-example ci-workload " == *" $s "* ]] ||
+    { echo "gpu: no step '$s': test rows logits rest report ab ci ci-example ci-workload" >&2 && exit 2; }
 done
 [[ -n ${OUT:-} ]] || { echo "gpu: set OUT to the folder that receives the results" >&2 && exit 2; }
 out=$(realpath -m -- "$OUT")
@@ -107,10 +108,10 @@ ab() { # base: this tree with its store not streamed; now: this tree
   mkdir -p -- "$out/ab" && cp -- "$parts"/ab/ab/latest/compare.* "$out/ab/" || failed=1
 }
 
-ci() { # each side this tree: an A/A run, timed as CI would run it
+ci() { # ci NAME...: each side this tree, an A/A run of each, timed as CI would run it
   local rev=HEAD name script
   git rev-parse --verify --quiet HEAD >/dev/null || { rev=$parts/aa && copy "$rev"; }
-  for name in example workload; do
+  for name in "$@"; do
     script=()
     [[ $name == example ]] || script=(SCRIPT=tests/payloads/workload.py)
     step "ci-$name" make ab REV="$rev" FAIL_ABOVE=1 OUT="$parts/ci-$name" "${script[@]}" || failed=1
@@ -127,7 +128,8 @@ for s in "${steps[@]}"; do
     rest) bench backward,host,profiling bench-rest ;;
     report) report ;;
     ab) ab ;;
-    ci) ci ;;
+    ci) ci example workload ;;
+    ci-example | ci-workload) ci "${s#ci-}" ;;
   esac
 done
 exit "$failed"
