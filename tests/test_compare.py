@@ -19,7 +19,7 @@ import pytest
 
 import parse_hatchet as ph
 from conftest import ROOT, run
-from summary import compare, views
+from summary import compare, stats, views
 from summary.records import Kernel, Summary
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -292,25 +292,25 @@ def test_real_trials_judge_a_slower_kernel_past_their_noise():
 
 def test_t_quantiles_are_student_s():
     # Tables of Student's t (Abramowitz and Stegun 26.10; Welch's degrees need not be whole).
-    assert compare.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-4)
-    assert compare.t_quantile(0.975, 4) == pytest.approx(2.7764, abs=1e-4)
-    assert compare.t_quantile(0.995, 10) == pytest.approx(3.1693, abs=1e-4)
-    assert compare.t_quantile(0.9995, 120) == pytest.approx(3.3735, abs=1e-4)
-    assert 2.7764 < compare.t_quantile(0.975, 3.5) < 3.1824  # between 4 and 3 degrees
+    assert stats.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-4)
+    assert stats.t_quantile(0.975, 4) == pytest.approx(2.7764, abs=1e-4)
+    assert stats.t_quantile(0.995, 10) == pytest.approx(3.1693, abs=1e-4)
+    assert stats.t_quantile(0.9995, 120) == pytest.approx(3.3735, abs=1e-4)
+    assert 2.7764 < stats.t_quantile(0.975, 3.5) < 3.1824  # between 4 and 3 degrees
 
 
 def test_the_interval_is_welch_s_on_log_times():
     base, now = [1.0, 1.02, 0.98], [1.10, 1.13, 1.08, 1.12]
-    ln_r, low, high = compare.interval(base, now, 1)
+    ln_r, low, high = stats.interval(base, now, 1)
     logs = [[math.log(x) for x in side] for side in (base, now)]
     se = math.sqrt(sum(statistics.variance(s) / len(s) for s in logs))
     assert ln_r == pytest.approx(statistics.fmean(logs[1]) - statistics.fmean(logs[0]))
     parts = [statistics.variance(s) / len(s) for s in logs]
     v = sum(parts) ** 2 / (parts[0] ** 2 / 2 + parts[1] ** 2 / 3)  # Welch-Satterthwaite
-    assert 2 < v < 5 and math.log(low) == pytest.approx(ln_r - compare.t_quantile(0.975, v) * se)
-    wider = compare.interval(base, now, 10)
+    assert 2 < v < 5 and math.log(low) == pytest.approx(ln_r - stats.t_quantile(0.975, v) * se)
+    wider = stats.interval(base, now, 10)
     assert wider[1] < low and wider[2] > high  # Bonferroni over more rows
-    assert compare.interval([1.0, 1.0], [2.0, 2.0], 5) == (math.log(2), 2.0, 2.0)  # no spread
+    assert stats.interval([1.0, 1.0], [2.0, 2.0], 5) == (math.log(2), 2.0, 2.0)  # no spread
 
 
 @pytest.mark.parametrize(
@@ -635,7 +635,7 @@ def test_the_documented_smallest_changes_detectable():
     table = re.search(r"<!-- detectable: 1% spread, 11 rows -->\n(.*?)\n\n", doc, re.S)[1]
     for line in table.splitlines()[2:]:
         n, *cells = (float(c.strip(" %")) for c in line.strip(" |").split("|"))
-        half = compare.t_quantile(1 - 0.025 / 11, 2 * (n - 1)) * 0.01 * math.sqrt(2 / n)
+        half = stats.t_quantile(1 - 0.025 / 11, 2 * (n - 1)) * 0.01 * math.sqrt(2 / n)
         edges = [max(half, math.log(1.02)), math.log(1.01) + half, math.log(1.05) + half]
         assert cells == [round(100 * math.expm1(e), 1) for e in edges], line
 
@@ -758,11 +758,11 @@ def test_t_quantiles_match_mpmath_to_1e_12_and_are_fast():
         return findroot(lambda x: tail(x) - (1 - mpf(p)), mpf(near))
 
     for m, v in cases:
-        t = compare.t_quantile(1 - 0.025 / m, v)
+        t = stats.t_quantile(1 - 0.025 / m, v)
         assert abs(t - exact(1 - 0.025 / m, v, t)) <= 1e-12 * t, (m, v)
     start = time.perf_counter()
     for i in range(1000):
-        compare.t_quantile(1 - 0.025 / (1 + i * 10), 1 + i * 9.99)
+        stats.t_quantile(1 - 0.025 / (1 + i * 10), 1 + i * 9.99)
     assert time.perf_counter() - start < 0.1 * 3  # 0.1 s here; a loaded machine slower
 
 
