@@ -140,7 +140,9 @@ def power_table(step=0.5, seeds=100) -> list:
         while None in least:
             pct += step
             counts = catches(trials, 1 + pct / 100, seeds)
-            least = [x or (pct if c >= 0.8 * seeds else None) for x, c in zip(least, counts)]
+            least = [
+                x or (pct if c >= 0.8 * seeds else None) for x, c in zip(least, counts, strict=True)
+            ]
         lines.append(f"| {trials} | " + " | ".join(f"{x:g}%" for x in least) + " |")
     return lines
 
