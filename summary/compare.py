@@ -258,7 +258,7 @@ def diff(
     out.regressions = [r.label() for r in select_rows(out, lambda r: r.regression)]
     hit = {kernel_key(r.name) for r in rows if r.regression}  # a call site of one: no other
     changes = len(hit) + sum(
-        r.regression and not (a or b).kernels & (b or a).kernels & hit
+        r.regression and not ((a or b).kernels | (b or a).kernels) & hit
         for r, (a, b) in zip(site_rows, sites + tied, strict=True)
     )
     changes = changes or int(total.regression)
@@ -430,5 +430,6 @@ def write_gate_lines(d: Comparison, changes: int, unread: list) -> list[str]:
         return [("Gate: none" if pct is None else f"Gate: passed --fail-above {pct:g}") + end]
     rows = select_rows(d, lambda r: r.regression)
     lines = [f"regression: {describe(r)}, past --fail-above {pct:g}{tail}" for r in rows]
-    head = f"Gate: {changes} regression{'s' * (changes > 1)} ({len(rows)} rows)"
+    head = f"Gate: {changes} regression{'s' * (changes > 1)}"
+    head += f" ({len(rows)} rows)" if len(rows) > 1 else ""
     return [f"{head} past --fail-above {pct:g}" + (end if unread else ", exit 3."), *lines]
