@@ -216,7 +216,7 @@ def diff(
     base: list, now: list, name: str, gate: Gate, interleaved: bool = False, looks: int = 1
 ) -> Comparison:
     """proton_diff: each row of base against now, the largest change first, and the story;
-    looks, how many times a run that adds rounds while rows are unsettled has compared."""
+    looks, what an A/B that adds rounds while rows are unsettled divides this look's rate by."""
     kernels = [kernel_times(side) for side in (base, now)]
     pairs = matched_kernels(*kernels)
     sites, tied = matched_sites(*(site_times(side) for side in (base, now)))
@@ -271,21 +271,28 @@ def diff(
 
 
 def unsettled(d: Comparison) -> list:
-    """The rows the gate could fail that no verdict settles yet: what more rounds are for."""
-    return open_rows(d) if d.fail_above is not None else []
+    """The rows the gate could still fail, which more rounds are for: inconclusive, or slower
+    but not surely past --fail-above, their interval reaching past it and a growth past the
+    floor (--min-ms); the tuner's aside."""
+    return select_rows(d, lambda r: could_fail(r, d)) if d.fail_above is not None else []
+
+
+def could_fail(r: Row, d: Comparison) -> bool:
+    if r.verdict not in ("inconclusive", "slower") or r.regression or r.tuning or not r.high:
+        return False
+    return r.high > 1 + d.fail_above / 100 and r.base_ms * (r.high - 1) >= d.min_ms
 
 
 def open_rows(d: Comparison) -> list:
-    """The inconclusive rows (the tuner's aside) whose interval reaches a change the floor
-    lets count; with a gate, one it could fail: past --fail-above, grown past --min-ms."""
-    pct = d.fail_above
+    """The inconclusive rows that more trials could settle to the gate's end: where a gate
+    was given, those it could still fail; else any with an interval."""
 
-    def reach(r: Row) -> bool:
-        if r.verdict != "inconclusive" or r.tuning or r.high is None:
+    def settle(r: Row) -> bool:
+        if r.verdict != "inconclusive" or r.tuning or not r.high:
             return False
-        return pct is None or r.high > 1 + pct / 100 and r.base_ms * (r.high - 1) >= d.min_ms
+        return d.fail_above is None or could_fail(r, d)
 
-    return select_rows(d, reach)
+    return select_rows(d, settle)
 
 
 def sort_by_change(rows: list) -> list:

@@ -320,6 +320,10 @@ def test_unsettled_rows_are_those_the_gate_could_still_fail():
     d = judged(0.2, 0.98, 1)
     assert d.kernels[0].verdict == "inconclusive" and compare.unsettled(d) == []
     assert compare.unsettled(judged(1.0, 1.025, None)) == []  # no gate: nothing to fail
+    # 2% slower on trials of 0.7%: slower, its interval 1.006-1.034 not yet past 1.01.
+    d = judged(1.0, 1.02, 1, [1.0, 1.01, 0.99, 1.005, 0.995])
+    assert d.kernels[0].verdict == "slower" and not d.regressions
+    assert [r.label() for r in compare.unsettled(d)] == ["k", "GPU time"]
 
 
 def test_from_10_trials_a_side_one_slow_trial_moves_no_interval():

@@ -1,8 +1,9 @@
 """The verdict and its gate under simulated noise: two sides drawn from a real run's trials
 (tests/fixtures/h200-trials/base, 11 rows judged), judged by compare.diff itself, 200 seeds a
 scenario; an A/B run's extra rounds as make ab adds them (while compare.unsettled names a
-row, double the trials a side, to 20, one look more). README's power table comes from
-power_table here: `python -m pytest tests/test_verdict_simulation.py -k power_table -s`."""
+row, double the trials a side, to 20, the false-alarm rate shared over the looks).
+README's power table is power_table's: `PYTHONPATH=. .venv/bin/python
+tests/test_verdict_simulation.py` prints it."""
 
 import functools
 import math
@@ -15,7 +16,7 @@ import pytest
 
 import parse_hatchet as ph
 from conftest import ROOT
-from summary import compare, views
+from summary import compare, plan, views
 
 REAL = ROOT / "tests" / "fixtures" / "h200-trials" / "base"
 SEEDS, MOST = 200, 20  # seeds a scenario; the trials a side an A/B run adds rounds up to
@@ -60,10 +61,10 @@ def draw(seed, scenario, change=1.0, n=MOST, spreads=ONE_PERCENT, interleaved=Tr
 
 def ab(base, now, gate, trials=5, most=MOST):
     """The comparison an A/B run ends with, and its trials a side: rounds added while rows
-    are unsettled, each look counted."""
-    looks = 1
+    are unsettled, each look's rate divided by its share (plan.shares), as make ab does."""
+    share, looks = plan.shares(trials, most), 1
     while True:
-        d = compare.diff(base[:trials], now[:trials], "base", gate, True, looks)
+        d = compare.diff(base[:trials], now[:trials], "base", gate, True, share[looks - 1])
         if trials >= most or not compare.unsettled(d):
             return d, trials
         trials, looks = min(2 * trials, most), looks + 1
