@@ -406,10 +406,15 @@ def tell_trials(d: Comparison, n: int) -> str:
     floor and the gate; else nothing."""
     reach, drift = open_rows(d), 0.0 if d.interleaved else DRIFT
     edge = math.log1p(Gate(d.fail_above, d.min_ms, d.same).band() / 100) + math.log1p(drift / 100)
-    if not reach and d.fail_above is None:
+    if not reach and select_rows(d, lambda r: r.verdict == "inconclusive" and r.high is None):
         return ": a trial at 0 ms, which no trials settle"
-    if not reach:
-        return f": none the gate could fail (--fail-above {d.fail_above:g}, --min-ms {d.min_ms:g})"
+    if not reach:  # without a gate, only the tuner's rows
+        pct = d.fail_above
+        return (
+            ""
+            if pct is None
+            else f": none the gate could fail (--fail-above {pct:g}, --min-ms {d.min_ms:g})"
+        )
     near = [stats.trials_to_settle(min(r.n_base, r.n), r.ratio, r.low, r.high, edge) for r in reach]
     near = [t for t in near if t <= SETTLE]
     if not near:

@@ -896,6 +896,9 @@ def test_first_line_rule_9_says_what_more_trials_would_do_for_inconclusive_rows(
     assert line.endswith("; 2 rows inconclusive: too near an edge for 50 TRIALS a side to settle")
     line = judged(1.0, 1.025, 50).first_line
     assert line.endswith("inconclusive: none the gate could fail (--fail-above 50, --min-ms 0.005)")
+    sides = [records(trials_of_k(1.0, 1, s)) for s in ([1.0, 1.01, 0.99], [1.0, 0.0, 1.0])]
+    line = compare.diff(*sides, "b", compare.Gate(fail_above=5), True).first_line
+    assert line.endswith("; 2 rows inconclusive: a trial at 0 ms, which no trials settle")
 
 
 def test_first_line_rule_10_ends_with_every_caveat(tmp_path):
