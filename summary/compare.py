@@ -227,15 +227,12 @@ def diff(
         [sum(t[i] for _, t in k.values()) for i in range(len(s))]
         for k, s in zip(kernels, (base, now), strict=True)
     ]
-    rows = [
-        name_kernel_row(judge(*(p and p[1] for p in pair), m, gate, drift), *pair) for pair in pairs
-    ]
+    rows = [name_kernel_row(judge(*(p and p[1] for p in x), m, gate, drift), *x) for x in pairs]
     site_rows = [
-        name_site_row(judge(*(s and s.times for s in p), m, gate, drift), *p) for p in sites
+        name_site_row(judge(*(s and s.times for s in p), m, gate, drift), *p) for p in sites + tied
     ]
-    for pair in tied:
-        site_rows.append(name_site_row(judge(*(s and s.times for s in pair), m, gate), *pair))
-        site_rows[-1].verdict = "ambiguous"
+    for row in site_rows[len(sites) :]:
+        row.verdict = "ambiguous"
     one_run, differ = min(len(base), len(now)) == 1, find_device_difference(base, now)
     caveats = [NOT_INTERLEAVED] * (not interleaved) + [ONE_RUN] * one_run
     caveats += [f"{differ} (--any-device)"] if differ else []
@@ -263,10 +260,8 @@ def diff(
     )
     changes = changes or int(total.regression)
     unread = [u for s in now for u in s.proton_unread or [] if "same_as" not in u]
-    out.first_line, out.gate = (
-        write_first_line(out, changes),
-        write_gate_lines(out, changes, unread),
-    )
+    out.first_line = write_first_line(out, changes)
+    out.gate = write_gate_lines(out, changes, unread)
     return out
 
 
@@ -410,11 +405,8 @@ def tell_trials(d: Comparison, n: int) -> str:
         return ": a trial at 0 ms, which no trials settle"
     if not reach:  # without a gate, only the tuner's rows
         pct = d.fail_above
-        return (
-            ""
-            if pct is None
-            else f": none the gate could fail (--fail-above {pct:g}, --min-ms {d.min_ms:g})"
-        )
+        gate = "" if pct is None else f"--fail-above {pct:g}, --min-ms {d.min_ms:g}"
+        return gate and f": none the gate could fail ({gate})"
     near = [stats.trials_to_settle(min(r.n_base, r.n), r.ratio, r.low, r.high, edge) for r in reach]
     near = [t for t in near if t <= SETTLE]
     if not near:
