@@ -363,7 +363,7 @@ def compare_with_base(
         raise Refused(f"--diff {args.diff[:200]}: {refused}")
     given = {k: getattr(args, k) for k in compare.Gate._fields}
     gate = compare.Gate(**{k: v for k, v in given.items() if v is not None})
-    return only.note(compare.diff(*sides, args.diff, gate, ab, args.looks), args.only, gate), None
+    return only.note(compare.diff(*sides, args.diff, gate, ab, args.looks), args.only), None
 
 
 def refuse_shared_outputs(args: argparse.Namespace) -> None:
