@@ -101,7 +101,7 @@ def name_method(trials: int) -> str:  # proton_diff's method, by the trials a si
 def trials_to_settle(n: int, ratio: float, low: float, high: float, d: float) -> float:
     """About how many trials a side, of n now, would narrow an interval (by the square root
     of their number) off the edges a verdict is drawn at, +-d, the estimate staying."""
-    ln_r, half = math.log(ratio), math.log(high / low) / 2
+    ln_r, half = math.log(ratio), (math.log(high) - math.log(low)) / 2
     gap = max(d - abs(ln_r), abs(ln_r) - d)
     return n * (half / gap) ** 2 if gap > 0 else math.inf
 
