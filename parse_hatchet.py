@@ -246,7 +246,7 @@ def parser() -> Parser:
     p.add_argument("--diff", metavar="BASE", help="compare with this earlier run or capture")
     p.add_argument("--fail-above", type=parse_percent, metavar="PCT", help="exit 3 past it")
     p.add_argument(
-        "--min-ms", type=parse_percent, metavar="MS", help="a regression grew this (0.01)"
+        "--min-ms", type=parse_percent, metavar="MS", help="the floor: least growth failed (0.005)"
     )
     p.add_argument("--same", type=parse_percent, metavar="PCT", help="within it: same (2)")
     p.add_argument("--any-device", action="store_true", help="compare across devices")
@@ -363,7 +363,7 @@ def compare_with_base(
         raise Refused(f"--diff {args.diff[:200]}: {refused}")
     given = {k: getattr(args, k) for k in compare.Gate._fields}
     gate = compare.Gate(**{k: v for k, v in given.items() if v is not None})
-    return only.note(compare.diff(*sides, args.diff, gate, ab, args.looks), args.only, gate), None
+    return only.note(compare.diff(*sides, args.diff, gate, ab, args.looks), args.only), None
 
 
 def refuse_shared_outputs(args: argparse.Namespace) -> None:

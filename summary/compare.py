@@ -8,17 +8,20 @@ import math
 import statistics
 from typing import NamedTuple
 
+from summary import stats
 from summary.records import CallSite, Comparison, Row, Summary
 
-ALPHA = 0.05  # of all rows together: simultaneous 95% intervals
-ONE_RUN = "one run a side: no noise, the gate judges the change alone"
+ONE_RUN = "one run a side: noise unmeasured, each change judged as if exact"
+DRIFT = 5.0  # percent: runs not interleaved drift apart (clocks, heat) by up to about this
+NOT_INTERLEAVED = f"not interleaved: a change must pass {DRIFT:g}% more, for drift between runs"
+SETTLE = 50  # trials a side: past this, more TRIALS are not said to settle a row
 
 
 class Gate(NamedTuple):
     """What a verdict and a regression are held to: percents and milliseconds."""
 
     fail_above: float | None = None
-    min_ms: float = 0.01
+    min_ms: float = 0.005  # the floor: docs/summary.md's "The floor" says why
     same: float = 2.0
 
     def band(self) -> float:
@@ -163,94 +166,25 @@ def nearest_first(old: list, new: list) -> list:
     return pairs
 
 
-def t_quantile(p: float, v: float) -> float:
-    """Student's t quantile for 0.5 < p < 1 and v >= 1 degrees of freedom: the t whose upper
-    tail, I_x(v/2, 1/2) / 2 at x = v / (v + t^2) (Abramowitz and Stegun 26.7.1), is 1 - p.
-    Newton's method on ln t against ln of the tail, near a line in it, from the
-    Cornish-Fisher expansion (A&S 26.7.5), or for few degrees the tail's power law."""
-    q, z = 1 - p, statistics.NormalDist().inv_cdf(p)
-    log_b = log_beta_half(v / 2)
-    if v < 6:  # the tail ~ v^(v/2 - 1/2) t^-v / B(v/2, 1/2)
-        t = math.exp(((v - 1) / 2 * math.log(v) - log_b - math.log(q)) / v)
-    else:
-        g = [(z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96]
-        g += [(3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384]
-        g += [(79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160]
-        t = z + sum(gi / v ** (i + 1) for i, gi in enumerate(g))
-    for _ in range(50):
-        tail = upper_tail(t, v, log_b)
-        density = math.exp(-(v + 1) / 2 * math.log1p(t * t / v) - 0.5 * math.log(v) - log_b)
-        step = (math.log(tail) - math.log(q)) * tail / (density * t)
-        t *= math.exp(step)
-        if abs(step) < 1e-9:  # quadratic convergence: the error now is below 1e-16
-            break
-    return t
-
-
-def log_beta_half(a: float) -> float:
-    """ln B(a, 1/2); for large a by the asymptotic series of ln Gamma(a + 1/2) - ln Gamma(a),
-    as lgamma's difference there loses digits."""
-    if a < 30:
-        return math.lgamma(a) + math.lgamma(0.5) - math.lgamma(a + 0.5)
-    series = 0.5 * math.log(a) - 1 / (8 * a) + 1 / (192 * a**3) - 1 / (640 * a**5)
-    return math.lgamma(0.5) - series - 17 / (14336 * a**7)
-
-
-def upper_tail(t: float, v: float, log_b: float) -> float:
-    """Student's upper tail at t, I_x(v/2, 1/2) / 2 at x = v / (v + t^2), by the incomplete
-    beta's continued fraction (modified Lentz; Numerical Recipes' betacf), fast for x below
-    (a + 1) / (a + 3/2), as in a tail; log_b: ln B(v/2, 1/2)."""
-    a, x = v / 2, v / (v + t * t)
-    front = math.exp(-a * math.log1p(t * t / v) + math.log(t / math.sqrt(v + t * t)) - log_b)
-    c, d = 1.0, 1 / (1 - (a + 0.5) * x / (a + 1))
-    f = d
-    for m in range(1, 10_000):
-        even = m * (0.5 - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
-        for num in (even, -(a + m) * (a + 0.5 + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d, c = 1 / (1 + num * d), 1 + num / c
-            f *= c * d
-        if abs(c * d - 1) < 1e-16:
-            break
-    return front * f / a / 2
-
-
-def interval(base: list, now: list, m: int) -> tuple:
-    """ln r, the log of now over base by the means of log times, and its simultaneous
-    interval (Welch's t with Welch-Satterthwaite's degrees of freedom, Bonferroni over m
-    rows), exponentiated; (ln r, None, None) where a side has one trial or one at 0."""
-    if min(len(base), len(now)) < 2 or min(base + now) <= 0:
-        means = (statistics.fmean(base), statistics.fmean(now))
-        ln_r = 0.0 if means == (0.0, 0.0) else ln(means[1]) - ln(means[0])
-        return ln_r, None, None
-    logs = [[math.log(x) for x in side] for side in (base, now)]
-    ln_r = statistics.fmean(logs[1]) - statistics.fmean(logs[0])
-    parts = [statistics.variance(side) / len(side) for side in logs]
-    if not sum(parts):  # no spread on either side: the point itself
-        return ln_r, math.exp(ln_r), math.exp(ln_r)
-    v = sum(parts) ** 2 / sum(q**2 / (len(side) - 1) for q, side in zip(parts, logs, strict=True))
-    half = t_quantile(1 - ALPHA / 2 / m, v) * math.sqrt(sum(parts))
-    return ln_r, math.exp(ln_r - half), math.exp(ln_r + half)
-
-
-def ln(x: float) -> float:
-    return math.log(x) if x > 0 else -math.inf
-
-
-def verdict(ln_r: float, low: float | None, high: float | None, d: float) -> str:
-    """same, slower, faster or inconclusive: the interval against the band [e^-d, e^d] and
-    1, or without one, the estimate against the band alone."""
-    if low is None:
-        return "slower" if ln_r > d else "faster" if ln_r < -d else "same"
-    if low >= math.exp(-d) and high <= math.exp(d):
+def verdict(row: Row, ln_r: float, d: float, floor: float, drift: float) -> str:
+    """same, slower, faster or inconclusive: the interval (without one, the estimate alone)
+    against the band [e^-d, e^d] or the floor's +-ms, and 1; not interleaved, both past a
+    drift allowance of ln(1 + drift / 100) more."""
+    low, high = (row.low, row.high) if row.low is not None else (math.exp(ln_r),) * 2
+    a = math.log1p(drift / 100)
+    d += a
+    grew = (row.base_ms * (low - 1), row.base_ms * (high - 1)) if row.base_ms else (row.ms,) * 2
+    if low >= math.exp(-d) and high <= math.exp(d) or -floor <= grew[0] <= grew[1] <= floor:
         return "same"
-    if low > 1 and ln_r > d:
+    if low > math.exp(a) and ln_r > d:
         return "slower"
-    return "faster" if high < 1 and ln_r < -d else "inconclusive"
+    return "faster" if high < math.exp(-a) and ln_r < -d else "inconclusive"
 
 
-def judge(base: list | None, now: list | None, m: int, gate: Gate) -> Row:
+def judge(base: list | None, now: list | None, m: int, gate: Gate, drift: float = 0.0) -> Row:
     """A row from its ms per trial on each side (None: new or gone): its means, ratio,
-    interval, verdict, and whether it is a regression; m rows judged in all."""
+    interval, verdict, and whether it is a regression; m rows judged in all, drift the
+    allowance in percent where the sides were not interleaved."""
     means = statistics.fmean(base or [0.0]), statistics.fmean(now or [0.0])
     sides = {"n_base": len(base or []), "n": len(now or []), "base_times_ms": base, "times_ms": now}
     row = Row(
@@ -265,8 +199,8 @@ def judge(base: list | None, now: list | None, m: int, gate: Gate) -> Row:
     )
     if not (base and now):
         return row
-    ln_r, row.low, row.high = interval(base, now, m)
-    row.verdict = verdict(ln_r, row.low, row.high, math.log1p(gate.band() / 100))
+    ln_r, row.low, row.high = stats.interval(base, now, m)
+    row.verdict = verdict(row, ln_r, math.log1p(gate.band() / 100), gate.min_ms, drift)
     if min(len(base), len(now)) > 1 and min(base + now) <= 0:
         row.verdict = "inconclusive"  # a trial it did not run in: no log time
     edge = ln_r if row.low is None else math.log(row.low)
@@ -282,33 +216,35 @@ def diff(
     base: list, now: list, name: str, gate: Gate, interleaved: bool = False, looks: int = 1
 ) -> Comparison:
     """proton_diff: each row of base against now, the largest change first, and the story;
-    looks, how many times a run that adds rounds while rows are unsettled has compared."""
+    looks, what an A/B that adds rounds while rows are unsettled divides this look's rate by."""
     kernels = [kernel_times(side) for side in (base, now)]
     pairs = matched_kernels(*kernels)
     sites, tied = matched_sites(*(site_times(side) for side in (base, now)))
     rows_judged = 1 + sum(bool(a and b) for a, b in pairs + sites)  # the GPU time, matched rows
     m = rows_judged * looks  # Bonferroni over every row at every look
+    drift = 0.0 if interleaved else DRIFT
     totals = [
         [sum(t[i] for _, t in k.values()) for i in range(len(s))]
         for k, s in zip(kernels, (base, now), strict=True)
     ]
-    rows = [name_kernel_row(judge(*(p and p[1] for p in pair), m, gate), *pair) for pair in pairs]
-    site_rows = [name_site_row(judge(*(s and s.times for s in p), m, gate), *p) for p in sites]
-    for pair in tied:
-        site_rows.append(name_site_row(judge(*(s and s.times for s in pair), m, gate), *pair))
-        site_rows[-1].verdict = "ambiguous"
+    rows = [name_kernel_row(judge(*(p and p[1] for p in x), m, gate, drift), *x) for x in pairs]
+    site_rows = [
+        name_site_row(judge(*(s and s.times for s in p), m, gate, drift), *p) for p in sites + tied
+    ]
+    for row in site_rows[len(sites) :]:
+        row.verdict = "ambiguous"
     one_run, differ = min(len(base), len(now)) == 1, find_device_difference(base, now)
-    caveats = ["not interleaved"] * (not interleaved) + [ONE_RUN] * one_run
+    caveats = [NOT_INTERLEAVED] * (not interleaved) + [ONE_RUN] * one_run
     caveats += [f"{differ} (--any-device)"] if differ else []
-    total = judge(*totals, m, gate)
+    total = judge(*totals, m, gate, drift)
     total.name = total.readable_name = "GPU time"
     out = Comparison(
         **gate._asdict(),
         base=name,
         interleaved=interleaved,
-        alpha=ALPHA,
+        alpha=stats.ALPHA,
         rows_judged=rows_judged,
-        method="one run" if one_run else "welch log bonferroni",
+        method=stats.name_method(min(len(base), len(now))),
         total=total,
         kernels=sort_by_change(rows),
         callsites=sort_by_change(site_rows),
@@ -317,15 +253,41 @@ def diff(
         base_provenance=base[0].proton_provenance or None,  # now's is the summary's own
     )
     out.regressions = [r.label() for r in select_rows(out, lambda r: r.regression)]
-    out.first_line, out.gate = write_first_line(out, gate), write_gate_lines(out)
+    hit = {kernel_key(r.name) for r in rows if r.regression}  # a call site of one: no other
+    changes = len(hit) + sum(
+        r.regression and not ((a or b).kernels | (b or a).kernels) & hit
+        for r, (a, b) in zip(site_rows, sites + tied, strict=True)
+    )
+    changes = changes or int(total.regression)
+    unread = [u for s in now for u in s.proton_unread or [] if "same_as" not in u]
+    out.first_line = write_first_line(out, changes)
+    out.gate = write_gate_lines(out, changes, unread)
     return out
 
 
 def unsettled(d: Comparison) -> list:
-    """The rows the gate could fail that no verdict settles yet: what more rounds are for."""
-    if d.fail_above is None:
-        return []
-    return select_rows(d, lambda r: r.verdict == "inconclusive" and not r.tuning)
+    """The rows the gate could still fail, which more rounds are for: inconclusive, or slower
+    but not surely past --fail-above, their interval reaching past it and a growth past the
+    floor (--min-ms); the tuner's aside."""
+    return select_rows(d, lambda r: could_fail(r, d)) if d.fail_above is not None else []
+
+
+def could_fail(r: Row, d: Comparison) -> bool:
+    if r.verdict not in ("inconclusive", "slower") or r.regression or r.tuning or not r.high:
+        return False
+    return r.high > 1 + d.fail_above / 100 and r.base_ms * (r.high - 1) >= d.min_ms
+
+
+def open_rows(d: Comparison) -> list:
+    """The inconclusive rows that more trials could settle to the gate's end: where a gate
+    was given, those it could still fail; else any with an interval."""
+
+    def settle(r: Row) -> bool:
+        if r.verdict != "inconclusive" or r.tuning or not r.high:
+            return False
+        return d.fail_above is None or could_fail(r, d)
+
+    return select_rows(d, settle)
 
 
 def sort_by_change(rows: list) -> list:
@@ -402,23 +364,55 @@ def find_unfit_base(base: list) -> str | None:
     return None if base[0].proton_kernels else "no timed kernel to compare with (scopes only)"
 
 
-def write_first_line(d: Comparison, gate: Gate) -> str:
+def write_first_line(d: Comparison, changes: int) -> str:
     """The first line, by docs/summary.md's "The first line and the headline"."""
-    pct = gate.fail_above
+    pct = d.fail_above
+    band = Gate(d.fail_above, d.min_ms, d.same).band()
     if regressions := select_rows(d, lambda r: r.regression):
-        more = f" ({len(regressions)} regressions)" if len(regressions) > 1 else ""
+        n, s = len(regressions), "s" * (changes > 1)
+        more = f" ({changes} regression{s} over {n} rows)" if n > 1 else ""
         lead = f"{describe(regressions[0])}: past --fail-above {pct:g}{more}"
     elif changed := select_rows(d, lambda r: r.verdict in ("slower", "faster") and not r.tuning):
-        lead = describe(changed[0]) + ("" if pct is None else f": none past --fail-above {pct:g}")
+        lead = describe(changed[0]) + ("" if pct is None else f": none failed --fail-above {pct:g}")
     else:
-        lead = f"no change beyond the noise and {gate.band():g}% ({d.rows_judged} rows judged)"
+        lead = "inconclusive: no row settled" if open_rows(d) else "no change"
+        lead += f" beyond the noise, {band:g}% and {d.min_ms:g} ms ({d.rows_judged} rows judged)"
+    if kept := select_rows(d, lambda r: kept_out(r, pct)):
+        lead += f"; {len(kept)} row{'s' * (len(kept) > 1)} past --fail-above {pct:g}"
+        lead += f" grew under --min-ms {d.min_ms:g}"
     arrived = [r for r in d.kernels if r.verdict in ("new", "gone")]  # by the ms they move
-    if arrived and abs(arrived[0].ms - arrived[0].base_ms) >= gate.min_ms:
+    if arrived and abs(arrived[0].ms - arrived[0].base_ms) >= d.min_ms:
         lead += f"; {describe(arrived[0])}"
-    rows = d.kernels + d.callsites + [d.total]
-    if n := sum(r.verdict == "inconclusive" for r in rows):
-        lead += f"; {n} row{'s' * (n > 1)} inconclusive: more TRIALS would settle them"
-    return "; ".join([lead, *d.caveats])
+    if n := sum(r.verdict == "inconclusive" for r in d.kernels + d.callsites + [d.total]):
+        lead += f"; {n} row{'s' * (n > 1)} inconclusive{tell_trials(d, n)}"
+    first = [d.caveats[0], lead, *d.caveats[1:]] if not d.interleaved else [lead, *d.caveats]
+    return "; ".join(first)
+
+
+def kept_out(r: Row, pct: float | None) -> bool:
+    """Whether r is slower past --fail-above but grew less than --min-ms, the floor."""
+    if pct is None or r.verdict != "slower" or r.regression or r.tuning:
+        return False
+    return (r.low if r.low is not None else r.ratio or math.inf) > 1 + pct / 100
+
+
+def tell_trials(d: Comparison, n: int) -> str:
+    """What more TRIALS would do for the inconclusive rows: settle those near enough, by the
+    floor and the gate; else nothing."""
+    reach, drift = open_rows(d), 0.0 if d.interleaved else DRIFT
+    edge = math.log1p(Gate(d.fail_above, d.min_ms, d.same).band() / 100) + math.log1p(drift / 100)
+    if not reach and select_rows(d, lambda r: r.verdict == "inconclusive" and r.high is None):
+        return ": a trial at 0 ms, which no trials settle"
+    if not reach:  # without a gate, only the tuner's rows
+        pct = d.fail_above
+        gate = "" if pct is None else f"--fail-above {pct:g}, --min-ms {d.min_ms:g}"
+        return gate and f": none the gate could fail ({gate})"
+    near = [stats.trials_to_settle(min(r.n_base, r.n), r.ratio, r.low, r.high, edge) for r in reach]
+    near = [t for t in near if t <= SETTLE]
+    if not near:
+        return f": too near an edge for {SETTLE} TRIALS a side to settle"
+    them = "them" if len(near) == n else f"{len(near)} of them"
+    return f": about {math.ceil(max(near))} TRIALS a side would settle {them}"
 
 
 def describe(row: Row) -> str:
@@ -431,11 +425,15 @@ def describe(row: Row) -> str:
     return f"{row.label()}: {factor}{row.verdict} ({times})"
 
 
-def write_gate_lines(d: Comparison) -> list[str]:
-    """The gate's outcome in a line, then each regression as stderr says it."""
+def write_gate_lines(d: Comparison, changes: int, unread: list) -> list[str]:
+    """The gate's outcome in a line, with the exit status it leads to, then each regression
+    as stderr says it."""
     pct, tail = d.fail_above, "".join(f"; {c}" for c in d.caveats)
+    end = f", but exit 1: {unread[0]['file']} not read." if unread else "."
     if not d.regressions:
-        return ["Gate: none." if pct is None else f"Gate: passed --fail-above {pct:g}."]
+        return [("Gate: none" if pct is None else f"Gate: passed --fail-above {pct:g}") + end]
     rows = select_rows(d, lambda r: r.regression)
     lines = [f"regression: {describe(r)}, past --fail-above {pct:g}{tail}" for r in rows]
-    return [f"Gate: {len(rows)} past --fail-above {pct:g}, exit 3.", *lines]
+    head = f"Gate: {changes} regression{'s' * (changes > 1)}"
+    head += f" ({len(rows)} rows)" if len(rows) > 1 else ""
+    return [f"{head} past --fail-above {pct:g}" + (end if unread else ", exit 3."), *lines]

@@ -5,7 +5,7 @@ import re
 
 import msgspec
 
-from summary import Refused, compare
+from summary import Refused
 from summary.records import Comparison, Summary
 
 
@@ -46,9 +46,10 @@ def select(sides: list, text: str | None) -> list:
     return out
 
 
-def note(d: Comparison, text: str | None, gate: compare.Gate) -> Comparison:
+def note(d: Comparison, text: str | None) -> Comparison:
     """d with --only's caveat, last, on its first line and each regression's line."""
     if text is not None:
-        d.caveats.append(f"only kernels matching {text} judged")
-        d.first_line, d.gate = compare.write_first_line(d, gate), compare.write_gate_lines(d)
+        d.caveats.append(caveat := f"only kernels matching {text} judged")
+        d.first_line += f"; {caveat}"
+        d.gate = [d.gate[0], *(f"{line}; {caveat}" for line in d.gate[1:])]
     return d

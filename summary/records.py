@@ -135,7 +135,7 @@ class Comparison(Record, kw_only=True, omit_defaults=False):  # proton_diff
     method: str = ""
     same: float = 2.0
     fail_above: float | None = None
-    min_ms: float = 0.01
+    min_ms: float = 0.005
     total: Row | None = None
     kernels: list[Row] = []
     callsites: list[Row] = []

@@ -5,7 +5,7 @@ import os
 
 from msgspec import UNSET
 
-from summary.records import Comparison, Summary, known
+from summary.records import Comparison, Summary, Trials, known
 from summary.run import printable
 
 # Columns of the kernel table where some kernel has them: field, title, format.
@@ -96,7 +96,7 @@ def comparison_table(summary: Summary, top: int) -> list:
         f"{'verdict':>12}  GPU time, kernels, call sites",
     ]
     for r in [d.total, *d.kernels[:top], *d.callsites[:top]]:
-        ratio, low, high = ("" if x is None else f"{x:.3f}" for x in (r.ratio, r.low, r.high))
+        ratio, low, high = map(format_ratio, (r.ratio, r.low, r.high))
         lines.append(
             f"{r.base_ms:10.4f} {r.ms:10.4f} {ratio:>6} {low:>6} {high:>6} "
             f"{r.n_base:>3}/{r.n:<3} {r.verdict:>12}  {r.label()}{across(d)}"
@@ -104,10 +104,14 @@ def comparison_table(summary: Summary, top: int) -> list:
     return lines
 
 
+def format_ratio(x: float | None) -> str:  # in 6 columns: 2 trials a side can give 1e+200
+    return "" if x is None else f"{x:.3f}" if x < 100 else f"{x:.0f}" if x < 1e5 else f"{x:.0e}"
+
+
 def trials_table(summary: Summary, top: int) -> list:
     if not (t := summary.proton_trials):
         return []
-    lines = [f"{t.n} trials: each kernel's ms in each, across them"]
+    lines = [f"{t.n} trials: each kernel's ms in each, across them{find_first_apart(t)}"]
     lines.append(f"{'mean':>10} {'min':>10} {'max':>10} {'cv':>6}  kernel")
     for k in t.kernels[:top]:
         cv = "" if k.cv is None else f"{k.cv:.1%}"
@@ -116,6 +120,19 @@ def trials_table(summary: Summary, top: int) -> list:
             f"{k.readable_name or k.name}"
         )
     return lines
+
+
+APART = 3.0  # percent: a first trial this far outside the others' range stands apart
+
+
+def find_first_apart(t: Trials) -> str:
+    """Where trial 1's GPU time lies more than APART% outside the range of the others' (of
+    at least 2: a warm-up it lacked, say), the words that say so; else ''."""
+    gpu = [sum(k.times_ms[i] for k in t.kernels) for i in range(t.n)]
+    low, high = min(gpu[1:], default=0.0), max(gpu[1:], default=0.0)
+    if t.n < 3 or low * (1 - APART / 100) <= gpu[0] <= high * (1 + APART / 100):
+        return ""
+    return f"; trial 1 stands apart: {gpu[0]:.4f} ms of GPU time, the others {low:.4f}-{high:.4f}"
 
 
 def across(d: Comparison) -> str:  # what every line says of a comparison across devices

@@ -561,7 +561,7 @@ def test_diff_per_kernel_and_call_site(tmp_path):
     new = write(
         tmp_path / "new.hatchet", tree(node("/a/m.py:1@f", leaf("k", 2000), leaf("j", 1500)))
     )
-    p = cli(new, "--diff", base)
+    p = cli(new, "--diff", base, "--min-ms", "0")  # no floor: these rows move 0.0015 ms
     d = json.loads(p.stdout)["proton_diff"]
     assert (d["total"]["base_ms"], d["total"]["ms"]) == (0.005, pytest.approx(0.0035))
     assert [(r["name"], r["ratio"]) for r in d["kernels"]] == [("k", 0.5), ("j", 1.5)]
@@ -1475,5 +1475,6 @@ def test_markdown_dash_is_stdout(tmp_path):
     capture = write(tmp_path / "t.hatchet", GOOD)
     given = [capture, "--diff", capture, "-o", tmp_path / "s.json", "--markdown", "-"]
     p = run(sys.executable, ROOT / "parse_hatchet.py", *given, cwd=tmp_path)
-    assert p.returncode == 0 and p.stdout.startswith("**no change")
+    assert p.returncode == 0 and p.stdout.startswith("**not interleaved")
+    assert "; no change beyond the noise" in p.stdout.splitlines()[0]
     assert "| k | " in p.stdout and not (tmp_path / "-").exists()
