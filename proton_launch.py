@@ -140,10 +140,10 @@ def write_imports(path: str) -> None:
     file, as JSON: make ab checks each side ran its own tree's."""
     dirs = (sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages())
     installed = tuple(os.path.join(os.path.realpath(folder), "") for folder in dirs)
-    found = {
+    found = {  # not the main module under its names (multiprocessing adds __mp_main__)
         name: file
         for name, module in dict(sys.modules).items()
-        if name != "__main__"
+        if name not in ("__main__", "__mp_main__")
         and isinstance(file := getattr(module, "__file__", None), str)
         and not os.path.realpath(file).startswith(installed)
     }

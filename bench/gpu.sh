@@ -15,7 +15,7 @@
 #           plots and docs/performance.md, copied into OUT/results
 # and more, only when named:
 #   ab      make ab of softmax.py without its streamed store (.cs) against it (2-3 min)
-#   ci      make ab FAIL_ABOVE=1 A/A against HEAD (or, outside git, a copy of this tree), as
+#   ci      make ab FAIL_ABOVE=1 A/A against a copy of this tree (REV=<folder>), as
 #           docs/ci.md's workflow runs it, of SCRIPT's default (ci-example) and of
 #           tests/payloads/workload.py (ci-workload): their seconds are docs/ci.md's minutes;
 #           each compare.md and compare.json copied into OUT/ci-example and OUT/ci-workload
@@ -109,8 +109,8 @@ ab() { # base: this tree with its store not streamed; now: this tree
 }
 
 ci() { # ci NAME...: each side this tree, an A/A run of each, timed as CI would run it
-  local rev=HEAD name script
-  git rev-parse --verify --quiet HEAD >/dev/null || { rev=$parts/aa && copy "$rev"; }
+  local rev=$parts/aa name script
+  copy "$rev" # this tree as it is, whatever a git here holds
   for name in "$@"; do
     script=()
     [[ $name == example ]] || script=(SCRIPT=tests/payloads/workload.py)

@@ -144,8 +144,8 @@ def test_gpu_sh_ci_times_an_a_a_make_ab_of_the_example_and_of_the_workload(tmp_p
     assert p.returncode == 0, p.stdout + p.stderr
     asked = (tmp_path / "make.log").read_text().splitlines()
     assert asked == [
-        f"ab REV=HEAD FAIL_ABOVE=1 OUT={tmp_path}/parts/ci-example",
-        f"ab REV=HEAD FAIL_ABOVE=1 OUT={tmp_path}/parts/ci-workload "
+        f"ab REV={tmp_path}/parts/aa FAIL_ABOVE=1 OUT={tmp_path}/parts/ci-example",
+        f"ab REV={tmp_path}/parts/aa FAIL_ABOVE=1 OUT={tmp_path}/parts/ci-workload "
         "SCRIPT=tests/payloads/workload.py",
     ]
     steps = (tmp_path / "out" / "steps.txt").read_text()

@@ -1034,3 +1034,17 @@ def test_a_message_pack_capture_is_the_run_s_capture(tmp_path):
     assert p.returncode == 0, p.stderr
     (run,), _, _ = runs(tmp_path)
     assert summary(run)["proton_kernel_count"] > 0
+
+
+def test_the_imports_make_ab_checks_leave_out_the_main_module_under_every_name(tmp_path):
+    # multiprocessing names the launcher __mp_main__ once imported (Inductor's and Triton's
+    # workers import it): in a base's trial that was the working tree's launcher.
+    (tmp_path / "mine.py").write_text("import multiprocessing.spawn\nimport helper\n")
+    (tmp_path / "helper.py").write_text("")
+    p = subprocess.run(
+        [sys.executable, LAUNCH, "--env", "--imports", str(tmp_path / "imports.json"), "mine.py"],
+        cwd=tmp_path, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": ""},
+        check=False,
+    )  # fmt: skip
+    found = json.loads((tmp_path / "imports.json").read_text())
+    assert p.returncode == 0 and set(found) == {"helper"}, (p.stderr, found)
