@@ -251,7 +251,7 @@ def run_plan(plan: Plan) -> int:
     share, looks = shares(plan.count, plan.most), 1
     while count < plan.most and (rows := unsettled_rows(plan, share[looks - 1])):
         more, looks = min(2 * count, plan.most), looks + 1
-        names = ", ".join(row.name for row in rows)
+        names = ", ".join(row.label() for row in rows)
         say(f"unsettled after {count} trials a side: {names[:200]}; rounds up to {more}")
         run_rounds(plan, children, count + 1, count := more)
     if len(plan.sides) > 1:

@@ -145,6 +145,7 @@ def write_imports(path: str) -> None:
         for name, module in dict(sys.modules).items()
         if name not in ("__main__", "__mp_main__")
         and isinstance(file := getattr(module, "__file__", None), str)
+        and os.path.isabs(file)  # torch.classes names a bare "_classes.py": no place known
         and not os.path.realpath(file).startswith(installed)
     }
     with open(f"{path}.{os.getpid()}", "w", encoding="utf-8") as f:

@@ -1036,10 +1036,15 @@ def test_a_message_pack_capture_is_the_run_s_capture(tmp_path):
     assert summary(run)["proton_kernel_count"] > 0
 
 
-def test_the_imports_make_ab_checks_leave_out_the_main_module_under_every_name(tmp_path):
+def test_the_imports_make_ab_checks_leave_out_the_main_module_and_files_of_no_place(tmp_path):
     # multiprocessing names the launcher __mp_main__ once imported (Inductor's and Triton's
     # workers import it): in a base's trial that was the working tree's launcher.
-    (tmp_path / "mine.py").write_text("import multiprocessing.spawn\nimport helper\n")
+    # torch.classes names its file "_classes.py", a path relative to nothing: left out too.
+    (tmp_path / "mine.py").write_text(
+        "import multiprocessing.spawn, sys, types\nimport helper\n"
+        "sys.modules['rel'] = types.ModuleType('rel')\nsys.modules['rel'].__file__ = 'rel.py'\n"
+    )
+    (tmp_path / "rel.py").write_text("")
     (tmp_path / "helper.py").write_text("")
     p = subprocess.run(
         [sys.executable, LAUNCH, "--env", "--imports", str(tmp_path / "imports.json"), "mine.py"],
