@@ -348,6 +348,11 @@ def compare_with_base(
     """proton_diff of done against --diff's run, and why there is nothing to compare (or
     None); inputs gains the base's files."""
     base, problem, base_found = summaries([args.diff])
+    if shared := sorted(set(found.seen) & set(base_found.seen)):
+        where = str(found.seen[shared[0]])[:200]
+        raise Refused(
+            f"--diff {args.diff[:200]} holds {where}, the run compared: name an earlier run"
+        )
     if len({files.kind(p) for p in found.files + base_found.files}) > 1:
         raise Refused(f"--diff compares captures of one kind: {args.diff[:200]} holds others")
     inputs |= set(base_found.seen)

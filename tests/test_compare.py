@@ -9,6 +9,7 @@ import gzip
 import json
 import math
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -512,7 +513,8 @@ def test_min_ms_is_how_much_a_regression_grew(tmp_path):
     assert cli(cur, "--diff", TREE, "--fail-above", "10", "--min-ms", "0.02").returncode == 0
     assert cli(cur, "--diff", TREE, "--fail-above", "10", "--min-ms", "0.01").returncode == 3
     assert cli(cur, "--diff", TREE, "--fail-above", "0", "--min-ms", "0").returncode == 3
-    assert cli(TREE, "--diff", TREE, "--fail-above", "0", "--min-ms", "0").returncode == 0
+    same = shutil.copy(TREE, tmp_path / "same.hatchet")
+    assert cli(TREE, "--diff", same, "--fail-above", "0", "--min-ms", "0").returncode == 0
 
 
 def test_without_a_gate_a_regression_exits_0_and_says_so_first(tmp_path):
@@ -711,6 +713,15 @@ def test_swapped_sides_of_one_ab_run_are_refused_naming_the_right_order(tmp_path
     assert not (tmp_path / "c.md").exists()
 
 
+def test_a_base_that_holds_the_run_compared_is_refused(tmp_path):
+    run = FIXTURES / "h200-trials" / "slower"
+    for base in (run, run / "trial1"):  # itself, or a trial of it
+        p = cli(run, "--diff", base, "--markdown", tmp_path / "c.md")
+        assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr
+        assert "the run compared: name an earlier run" in p.stderr
+    assert not (tmp_path / "c.md").exists()
+
+
 def test_the_first_line_names_the_band_the_rows_were_judged_at():
     run = AB[0]
     p = cli(run / "now", "--diff", run / "base", "--fail-above", "1")
@@ -722,11 +733,13 @@ def test_the_first_line_names_the_band_the_rows_were_judged_at():
 def test_first_line_rule_12_runs_of_other_rank_counts_get_none(tmp_path):
     # Summed, two ranks against one read as 2x slower: refused, never judged.
     two = FIXTURES / "h200-two-ranks"
-    p = cli(two, "--diff", two / "proton.rank0.hatchet", "--fail-above", "5")
+    rank0 = shutil.copy(two / "proton.rank0.hatchet", tmp_path)
+    p = cli(two, "--diff", rank0, "--fail-above", "5")
     (error,) = [line for line in p.stderr.splitlines() if "error:" in line]
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stdout == ""
     assert "ranks differ: 1 in the base, 2 now" in error
-    assert cli(two, "--diff", two, "--fail-above", "5").returncode == 0
+    again = shutil.copytree(two, tmp_path / "again")
+    assert cli(two, "--diff", again, "--fail-above", "5").returncode == 0
 
 
 def test_first_line_rule_8_names_the_new_or_gone_kernel_that_moves_the_most(tmp_path):

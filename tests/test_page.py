@@ -5,6 +5,7 @@ on a large trace. tests/test_page_browser.py looks at it in a real browser."""
 import ast
 import json
 import re
+import shutil
 import sys
 from html import escape
 
@@ -150,7 +151,8 @@ def test_the_headline_is_shown_verbatim_and_the_gate_in_its_words(tmp_path):
 
 def test_a_gate_passed_is_said_so(tmp_path):
     trials = FIXTURES / "h200-trials"
-    summary = summarized(tmp_path, trials / "base", "--diff", trials / "base", "--fail-above", "5")
+    again = shutil.copytree(trials / "base", tmp_path / "again")
+    summary = summarized(tmp_path, trials / "base", "--diff", again, "--fail-above", "5")
     html = drawn(summary)
     assert '<h1 id="headline" class="pass">' in html
     assert re.findall(r'<p class="gate">(.*?)</p>', html) == ["Gate: passed --fail-above 5."]

@@ -1472,8 +1472,8 @@ def test_outputs_of_one_run_never_share_a_file(tmp_path):
 
 
 def test_markdown_dash_is_stdout(tmp_path):
-    capture = write(tmp_path / "t.hatchet", GOOD)
-    given = [capture, "--diff", capture, "-o", tmp_path / "s.json", "--markdown", "-"]
+    capture, base = write(tmp_path / "t.hatchet", GOOD), write(tmp_path / "b.hatchet", GOOD)
+    given = [capture, "--diff", base, "-o", tmp_path / "s.json", "--markdown", "-"]
     p = run(sys.executable, ROOT / "parse_hatchet.py", *given, cwd=tmp_path)
     assert p.returncode == 0 and p.stdout.startswith("**not interleaved")
     assert "; no change beyond the noise" in p.stdout.splitlines()[0]
