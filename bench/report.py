@@ -244,7 +244,7 @@ within each round (the host's speed drifts between rounds), then their median ke
 
 {chr(10).join(lines)}
 
-Against the bounds, `softmax()` at most 2x `torch.softmax` and `softmax_op.softmax`
+Against its design limits, `softmax()` at most 2x `torch.softmax` and `softmax_op.softmax`
 within 1 us of `softmax()` without autograd: {"; ".join(bounds)}. (`softmax()` tests
 that a model's input is what its kernel was compiled for, allocates the output, as
 torch.softmax does, and launches the kernel compiled ahead, as Triton's tutorial 02

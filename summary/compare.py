@@ -244,6 +244,7 @@ def diff(
         interleaved=interleaved,
         alpha=stats.ALPHA,
         rows_judged=rows_judged,
+        looks=looks,
         method=stats.name_method(min(len(base), len(now))),
         total=total,
         kernels=sort_by_change(rows),

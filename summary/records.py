@@ -132,6 +132,7 @@ class Comparison(Record, kw_only=True, omit_defaults=False):  # proton_diff
     interleaved: bool
     alpha: float
     rows_judged: int
+    looks: int = 1  # what make ab's added rounds divide this look's rate by, beside the rows
     method: str = ""
     same: float = 2.0
     fail_above: float | None = None

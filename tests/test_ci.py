@@ -71,10 +71,11 @@ def test_make_ab_and_make_compare_pass_only_and_refuse_a_bad_one_before_any_tria
 
 
 def test_traces_compare_only_with_any_device_which_the_first_line_says(tmp_path):
-    p = cli(TRACE, "--diff", TRACE)
+    base = shutil.copy(TRACE, tmp_path)
+    p = cli(TRACE, "--diff", base)
     assert p.returncode == 2 and p.stderr.count("\n") == 1
     assert "devices unchecked: a trace records none" in p.stderr
-    p = cli(TRACE, "--diff", TRACE, "--any-device", "--table")
+    p = cli(TRACE, "--diff", base, "--any-device", "--table")
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[0].endswith(
         "; devices unchecked: a trace records none (--any-device)"
@@ -214,7 +215,8 @@ def test_the_workflow_s_steps_gate_the_pull_request_and_summarise_it(tmp_path, c
         assert not latest.exists() and summary.read_text() == ""
     else:
         assert summary.read_text() == (latest / "compare.md").read_text()
-        uploaded = repo / steps[-1]["with"]["path"]
-        assert (uploaded / "compare.json").is_file() and steps[-1]["if"] == "always()"
+        uploaded = repo / steps[-1]["with"]["path"]  # the run's folder, latest or not
+        assert (uploaded / latest.readlink() / "compare.json").is_file()
+        assert steps[-1]["if"] == "always()"
     assert gate.returncode == (2 if status else 0)  # make's own 2, then profile.sh's status
     assert (f"ab] Error {status}" in gate.stderr) == bool(status), gate.stderr
