@@ -102,7 +102,7 @@ def refuse(plan: Plan, options: Options) -> None:
         raise Refused("no GPU visible: Proton needs one (check the script alone with: make run)")
 
 
-def make_folder(plan: Plan, options: Options) -> str:
+def make_folder(plan: Plan, options: Options, children: "Children") -> str:
     """The run's folder, made without -p (no other run has it), and the topmost folder made
     for it; refuses a latest or previous that is not a link: only its own links are replaced."""
     for name in ("latest", "previous") if plan.links else ():
@@ -119,13 +119,13 @@ def make_folder(plan: Plan, options: Options) -> str:
             why = f"--output {plan.folder[:200]} exists: name a new folder (nothing is cleared)"
             raise Refused(why) from None
         raise Refused(f"cannot make {plan.folder[:200]}") from None
-    if plan.tree:  # the revision, unpacked where the base runs
+    if plan.tree:  # the revision, unpacked where the base runs, a signal as in a trial
         os.mkdir(plan.tree)
-        top = git("rev-parse", "--show-toplevel").stdout.rstrip("\n")
-        command = ["git", "-C", top, "archive", options.rev]
-        archive = subprocess.Popen(command, stdout=subprocess.PIPE)
-        unpacked = subprocess.run(["tar", "-x", "-C", plan.tree], stdin=archive.stdout)
-        if archive.wait() or unpacked.returncode:
+        checkout = git("rev-parse", "--show-toplevel").stdout.rstrip("\n")
+        unpack = 'set -o pipefail; git -C "$1" archive "$2" | tar -x -C "$3"'
+        if children.run(("bash", "-c", unpack, "bash", checkout, options.rev, plan.tree)):
+            shutil.rmtree(plan.tree)  # its own, half unpacked
+            remove_empty(plan.folder, top)
             raise Refused(f"git archive {options.rev[:100]} failed")
     return top
 
@@ -220,9 +220,10 @@ def write_provenance(plan: Plan) -> None:
 def execute(plan: Plan, options: Options) -> int:
     """Runs the plan in the folder it makes; 0, or the summariser's status (2: a usage
     error, its empty folders removed)."""
-    top = make_folder(plan, options)
+    children = Children(plan.folder)
+    top = make_folder(plan, options, children)
     try:
-        status = run_plan(plan)
+        status = run_plan(plan, children)
     except (Refused, OSError):
         remove_empty(plan.folder, top)
         raise
@@ -231,7 +232,7 @@ def execute(plan: Plan, options: Options) -> int:
     return status
 
 
-def run_plan(plan: Plan) -> int:
+def run_plan(plan: Plan, children: "Children") -> int:
     """An A/B's warm-up, then the rounds, more while rows are unsettled, the provenance,
     the summariser; 0, or the summariser's status. Where it summarised, or compared (3: a
     regression), latest moves."""
@@ -242,7 +243,6 @@ def run_plan(plan: Plan) -> int:
             del os.environ[var]
         else:
             os.environ[var] = value
-    children = Children(plan.folder)
     if len(plan.sides) > 1:  # compiling and autotuning would slow the first trial alone
         run_rounds(plan, children, 0, 0)
         say("warm-up: each side ran once first, its capture set aside in warmup/")

@@ -361,3 +361,43 @@ def test_a_usage_error_of_make_compare_leaves_no_run_folder(tmp_path, variables,
     p = run("make", "-s", "compare", f"OUT={out}", f"CUR={TREE}", f"BASE={TREE}", *variables)
     assert p.returncode == 2 and line in p.stderr.splitlines()[0]
     assert not out.exists()
+
+
+def fake_tar(tmp_path, body):
+    """A tar first on PATH that runs body (bash): git archive's unpacking, stood in for."""
+    (bin_ := tmp_path / "bin").mkdir()
+    (bin_ / "tar").write_text(f"#!/usr/bin/env bash\n{body}\n")
+    (bin_ / "tar").chmod(0o755)
+    return {"PATH": f"{bin_}{os.pathsep}{helpers().environment()['PATH']}"}
+
+
+def test_a_revision_that_cannot_be_unpacked_is_one_line_and_leaves_no_run_folder(tmp_path):
+    repo = checkout(tmp_path)
+    p = ab(tmp_path, "--rev", "HEAD", env=fake_tar(tmp_path, "cat >/dev/null; exit 2"))
+    assert p.returncode == 2 and p.stderr.endswith("profile.sh: error: git archive HEAD failed\n")
+    assert not (repo / "profiling_results").exists()
+
+
+def test_a_signal_while_the_revision_unpacks_ends_the_run_as_in_a_trial(tmp_path):
+    repo, started = checkout(tmp_path), tmp_path / "started"
+    args = ["--recipe", helpers().recipe(tmp_path, proton="{mode: env}"), "--rev", "HEAD"]
+    env = {**os.environ, **helpers().environment(GPU)}
+    env |= fake_tar(tmp_path, f"touch {shlex.quote(str(started))}; exec sleep 60")
+    p = subprocess.Popen(
+        [PROFILE, *args, "--", PY, "mine.py"],
+        cwd=repo,
+        env={k: v for k, v in env.items() if v is not None},
+        preexec_fn=helpers().defaults,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        helpers().wait_for(started)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 143
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)  # the stand-in tar, left sleeping
+        _, err = p.communicate()
+    assert "stopped by SIGTERM" in err and "Traceback" not in err, err
