@@ -284,22 +284,36 @@ def run_rounds(plan: Plan, children: Children, first: int, last: int) -> None:
 
 
 def check_imports(plan: Plan) -> None:
-    """Refused where the warm-up found a side's module in the other side's tree: that
-    side would not run its own code."""
+    """Refused where the warm-up found a side's module in the other side's tree, or a
+    package its own tree holds installed instead: that side would not run its own code."""
     warmup = round_of(plan, 0)
     roots = [os.path.join(os.path.realpath(trial.root), "") for trial in warmup if trial.root]
     for trial in warmup if len(roots) == 2 else ():
         with open(os.path.join(trial.folder, "imports.json"), encoding="utf-8") as f:
             imported = json.load(f)
+        own = os.path.join(os.path.realpath(trial.root), "")
         for module, file in sorted(imported.items()):
             real = os.path.realpath(file)
             tree = max((root for root in roots if real.startswith(root)), key=len, default=None)
-            if tree not in (None, os.path.join(os.path.realpath(trial.root), "")):
+            if tree not in (None, own):
                 other = "the working tree" if trial.side == "base" else "the base's tree"
                 why = "an editable install (pip install -e) or an absolute PYTHONPATH puts it first"
                 raise Refused(
                     f"the {trial.side} imported {module} from {file[:200]}, {other}: {why}"
                 )
+            if tree is None and installed(real) and holds(own, module):
+                why = "an installed copy runs on both sides: uninstall it, PYTHONPATH=src if there"
+                raise Refused(f"the {trial.side} imported {module} from {file[:200]}: {why}")
+
+
+def installed(path: str) -> bool:
+    return not {"site-packages", "dist-packages"}.isdisjoint(path.split(os.sep))
+
+
+def holds(root: str, module: str) -> bool:
+    """Whether the tree at root has the top-level module, at its top or in src/."""
+    names = (f"{module}.py", os.path.join(module, "__init__.py"))
+    return any(os.path.isfile(os.path.join(root, *top, n)) for top in ((), ("src",)) for n in names)
 
 
 def unsettled_rows(plan: Plan, looks: int) -> list:

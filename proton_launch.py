@@ -136,8 +136,9 @@ def run_script(script: str, args: list[str], imports: str | None = None) -> int:
 
 
 def write_imports(path: str) -> None:
-    """Each module imported from outside the interpreter's own folders, by name, and its
-    file, as JSON: make ab checks each side ran its own tree's."""
+    """Each module imported from outside the interpreter's own folders, and each top-level
+    one from inside, by name, and its file, as JSON: make ab checks each side ran its own
+    tree's."""
     dirs = (sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages())
     installed = tuple(os.path.join(os.path.realpath(folder), "") for folder in dirs)
     found = {  # not the main module under its names (multiprocessing adds __mp_main__)
@@ -146,8 +147,8 @@ def write_imports(path: str) -> None:
         if name not in ("__main__", "__mp_main__")
         and isinstance(file := getattr(module, "__file__", None), str)
         and os.path.isabs(file)  # torch.classes names a bare "_classes.py": no place known
-        and not os.path.realpath(file).startswith(installed)
-    }
+        and ("." not in name or not os.path.realpath(file).startswith(installed))
+    }  # installed, the top-level ones alone: make ab asks whether a side's tree holds them
     with open(f"{path}.{os.getpid()}", "w", encoding="utf-8") as f:
         json.dump(found, f, indent=1)
     os.replace(f"{path}.{os.getpid()}", path)  # whole, whichever rank writes it last

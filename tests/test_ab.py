@@ -228,6 +228,25 @@ def test_a_side_that_imports_the_other_side_s_code_stops_before_any_timed_round(
     assert sorted(f.name for f in run_.iterdir()) == ["tree", "warmup"]
 
 
+def test_a_package_the_tree_holds_imported_installed_stops_before_any_timed_round(tmp_path):
+    # pip install . (not -e) puts a copy in site-packages that both sides import alike.
+    repo = checkout(tmp_path)
+    (repo / "src" / "kernels").mkdir(parents=True)
+    (repo / "src" / "kernels" / "__init__.py").write_text("")
+    (site := tmp_path / "venv" / "lib" / "site-packages" / "kernels").mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    (repo / "mine.py").write_text("import kernels\n" + (repo / "mine.py").read_text())
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "src"]
+    assert run("git", "add", "src", "mine.py", cwd=repo).returncode == 0
+    assert run(*git, cwd=repo).returncode == 0
+    p = ab(tmp_path, "--rev", "HEAD", env={"PYTHONPATH": str(site.parent)})
+    assert p.returncode == 2 and p.stderr.endswith(
+        f"profile.sh: error: the base imported kernels from {site}/__init__.py: an installed "
+        "copy runs on both sides: uninstall it, PYTHONPATH=src if there\n"
+    )
+    assert (tmp_path / "ran.log").read_text().split() == ["base", "now"]  # the warm-up alone
+
+
 def test_an_interrupted_make_ab_writes_no_compare_and_keeps_latest(tmp_path):
     repo = checkout(tmp_path)
     assert ab(tmp_path, "--rev", "HEAD", "--trials", "1").returncode == 0
