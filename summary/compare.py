@@ -250,7 +250,7 @@ def diff(
         kernels=sort_by_change(rows),
         callsites=sort_by_change(site_rows),
         caveats=caveats,
-        devices_differ=bool(differ),
+        devices_differ=bool(differ) and differ.startswith("devices differ"),
         base_provenance=base[0].proton_provenance or None,  # now's is the summary's own
     )
     out.regressions = [r.label() for r in select_rows(out, lambda r: r.regression)]
@@ -328,8 +328,8 @@ def find_device_difference(base: list, now: list) -> str | None:
     bus), both named; else None."""
     models = [
         {
-            f"{d.get('type')} {d.get('arch')} ({d.get('sm_count')} SMs, "
-            f"{d.get('memory_bus_bits')}-bit memory bus)"
+            f"{d.get('type')} {d.get('arch')} ({d.get('sm_count')} SMs"
+            + (f", {d['memory_bus_bits']}-bit memory bus)" if d.get("memory_bus_bits") else ")")
             for d in side[0].proton_device or []
         }
         for side in (base, now)
@@ -337,7 +337,7 @@ def find_device_difference(base: list, now: list) -> str | None:
     was, is_ = (", ".join(sorted(m)) for m in models)
     if not (was or is_) and all(side[0].proton_timeline for side in (base, now)):
         return "devices unchecked: a trace records none"
-    return f"devices differ: {was} against {is_}" if was and is_ and was != is_ else None
+    return f"devices differ: {is_} now, {was} in the base" if was and is_ and was != is_ else None
 
 
 def find_refusal(base: list, now: list, interleaved: bool, any_device: bool) -> str | None:

@@ -80,6 +80,7 @@ def test_traces_compare_only_with_any_device_which_the_first_line_says(tmp_path)
     assert p.stdout.splitlines()[0].endswith(
         "; devices unchecked: a trace records none (--any-device)"
     )
+    assert "(devices differ)" not in p.stdout  # unchecked, not known to differ
 
 
 def test_an_a_b_run_of_traces_without_any_device_is_refused_before_any_trial(tmp_path):

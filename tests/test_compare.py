@@ -436,7 +436,11 @@ def test_an_h100_and_an_h200_are_other_devices():
     # One arch (90) and one SM count: the memory bus tells them apart.
     h100, h200 = (FIXTURES / f"{card}-softmax-python-hook.hatchet" for card in ("h100", "h200"))
     p = cli(h200, "--diff", h100)
-    assert p.returncode == 2 and "5120-bit memory bus) against CUDA 90 (132 SMs, 6016" in p.stderr
+    assert (
+        p.returncode == 2
+        and "6016-bit memory bus) now, CUDA 90 (132 SMs, 5120-bit memory bus) in the base"
+        in p.stderr
+    )
 
 
 def test_a_deleted_line_moves_no_call_site_onto_another(tmp_path):
@@ -919,8 +923,8 @@ def test_first_line_rule_10_ends_with_every_caveat(tmp_path):
     assert line.endswith(f"; {compare.ONE_RUN}") and "noise unmeasured" in compare.ONE_RUN
     p = cli(AMD, "--diff", TREE, "--any-device")
     assert json.loads(p.stdout)["headline"].endswith(
-        "; devices differ: CUDA 90 (132 SMs, 6016-bit memory bus) against HIP gfx950 "
-        "(256 SMs, 8192-bit memory bus) (--any-device)"
+        "; devices differ: HIP gfx950 (256 SMs, 8192-bit memory bus) now, CUDA 90 (132 SMs, "
+        "6016-bit memory bus) in the base (--any-device)"
     )
 
 
