@@ -3,9 +3,11 @@ workload's interpreter (PYTHON): reads the arguments and the recipe once, makes 
 plan (summary/plan.py), and prints it (--dry-run) or runs it: each trial as a child that
 signals reach, the provenance, the summariser, the links. docs/profiling.md draws it."""
 
+import contextlib
 import glob
 import importlib.metadata
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -323,8 +325,11 @@ def unsettled_rows(plan: Plan, looks: int) -> list:
     from summary.compare import unsettled
 
     args = ph.parser().parse_args([*plan.summarise[2:], "--looks", str(looks)])
-    try:
-        done, problem, found = ph.summaries(args.paths, args.world_size, ph.ceilings(args.ceiling))
+    try:  # its warnings are the final comparison's to say, once
+        with contextlib.redirect_stderr(io.StringIO()):
+            done, problem, found = ph.summaries(
+                args.paths, args.world_size, ph.ceilings(args.ceiling)
+            )
         diff, problem = (
             (None, problem) if problem else ph.compare_with_base(args, found, done, set())
         )

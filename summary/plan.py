@@ -52,6 +52,10 @@ class Options:
             raise Refused("--max-trials needs an A/B run: --rev or --base-script")
         if self.max_trials and self.max_trials < (first := self.trials or AB_TRIALS):
             raise Refused(f"--max-trials is below the {first} trials a side the run starts with")
+        if self.max_trials and "--fail-above" not in self.gate:
+            raise Refused(
+                "--max-trials needs --fail-above: rounds are added for rows it could fail"
+            )
 
 
 @dataclass(frozen=True)

@@ -235,7 +235,7 @@ def test_an_a_b_warms_up_each_side_then_adds_rounds_to_most_trials_only_where_a_
     assert "# more rounds, up to 20 a side, while the gate is unsettled" in printed
     assert planned(host=host, rev="HEAD", trials=2, max_trials=8, gate=gate).most == 8
     assert planned(host=host, rev="HEAD", trials=30, gate=gate).most == 30
-    assert planned(host=host, rev="HEAD", max_trials=8).most == 5  # no gate: nothing to settle
+    assert planned(host=host, rev="HEAD").most == 5  # no gate: nothing to settle, no rounds
 
 
 @pytest.mark.parametrize(
@@ -245,6 +245,7 @@ def test_an_a_b_warms_up_each_side_then_adds_rounds_to_most_trials_only_where_a_
         (["--max-trials", "4", "--rev", "HEAD"], "--max-trials is below the 5 trials a side"),
         (["--trials", "9", "--max-trials", "8", "--rev", "v"], "below the 9 trials a side"),
         (["--max-trials", "8"], "--max-trials needs an A/B run: --rev or --base-script"),
+        (["--max-trials", "8", "--rev", "v"], "--max-trials needs --fail-above: rounds are added"),
     ],
 )
 def test_most_trials_is_refused_below_trials_or_outside_an_a_b(argv, message):
