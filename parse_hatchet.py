@@ -72,15 +72,15 @@ def problem(run: Run, unread: list, provenance: list, world_size: int | None) ->
     return run.problem()
 
 
-def missing_ranks(run: Run, world_size: int | None) -> list:
+def missing_ranks(run: Run, world_size: int | None, folder: str) -> list:
     """proton_unread's entry of each rank of world_size with no capture read (a capture
-    whose name gives no rank is rank 0's)."""
+    whose name gives no rank is rank 0's); the line that says so names the run's folder."""
     ranks = {rank or 0 for rank, *_ in run.per_file}
     missing = sorted(set(range(world_size or 0)) - ranks)
     if missing:  # one line, however many
         more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
         listed = ", ".join(map(str, missing[:8])) + more
-        say(f"no capture of rank {listed} was read (--world-size {world_size})")
+        say(f"{folder[:200]}: no capture of rank {listed} was read (--world-size {world_size})")
     return [{"file": None, "rank": r, "why": f"no capture of rank {r}"} for r in missing]
 
 
@@ -99,7 +99,8 @@ def summarize(inputs: Inputs, captures: list) -> Summarized:
         say(f"warning: skipped {entry['file']}: {entry['why']}")
     if len(run.read) > 1:
         say(f"combined {len(run.read)} captures: {', '.join(map(str, run.read))}")
-    unread += missing_ranks(run, inputs.world_size)
+    where = os.path.dirname(captures[0]) if captures else inputs.folder  # the trial's
+    unread += missing_ranks(run, inputs.world_size, str(where))
     launches = run.capture.kernels
     gpu_ms = sum(k.ms for k in launches.values())
     kernels = {

@@ -420,3 +420,10 @@ def test_a_signal_while_the_revision_unpacks_ends_the_run_as_in_a_trial(tmp_path
         os.killpg(p.pid, signal.SIGKILL)  # the stand-in tar, left sleeping
         _, err = p.communicate()
     assert "stopped by SIGTERM" in err and "Traceback" not in err, err
+
+
+def test_a_lost_rank_is_said_once_a_trial_however_many_looks(tmp_path):
+    checkout(tmp_path)
+    p = ab(tmp_path, "--rev", "HEAD", "--trials", "2", "--world-size", "2", "--fail-above", "5")
+    lost = [line for line in p.stderr.splitlines() if "no capture of rank 1" in line]
+    assert len(lost) == 2 and lost[0] != lost[1], p.stderr  # each trial's, named, once
