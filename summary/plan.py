@@ -141,8 +141,8 @@ def parse(python: str, argv: list) -> Options:
 def take(option: str, words: list) -> str | int:
     """The word after option, taken from words (a whole number for those of MOST); Refused
     where there is none, or none that option takes."""
-    if not words or not words[0]:
-        raise Refused(f"{option} needs a value, not an empty one")
+    if not words or words[0] in ("", "--"):  # -- ends the options: the command follows
+        raise Refused(f"{option} needs a value" + ", not an empty one" * (words[:1] == [""]))
     word = words.pop(0)
     if option == "--only":  # compiled here as summary/only.py does, without its packages
         try:

@@ -153,6 +153,7 @@ def test_pyyaml_on_pythonpath_is_found(tmp_path):
         " -> no command: give one after --",
         "--recipe -> --recipe needs a value",
         "--results '' -- python mine.py -> --results needs a value, not an empty one",
+        "--rev -- python mine.py -> --rev needs a value",
         *[
             f"--trials {n} -- python mine.py -> --trials takes 1 to 999"
             for n in "0 1000 x 07".split()
