@@ -119,7 +119,8 @@ def run_script(script: str, args: list[str], imports: str | None = None) -> int:
     that the profile is still written). imports: where to write the modules it imported."""
     sys.argv = [script, *args]
     path = os.path.abspath(script)  # frames named by full path: their lines are found
-    sys.path[0] = os.path.dirname(path)
+    if not sys.flags.safe_path:  # as python script.py (-P: the path as it is, PYTHONPATH first)
+        sys.path[0] = os.path.dirname(path)
     try:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as e:

@@ -1056,3 +1056,16 @@ def test_the_imports_make_ab_checks_leave_out_the_main_module_and_files_of_no_pl
     assert p.returncode == 0 and "helper" in found, (p.stderr, found)
     assert not {"__mp_main__", "rel"} & set(found)
     assert "multiprocessing" in found and "multiprocessing.spawn" not in found  # installed
+
+
+def test_the_launcher_under_pythonsafepath_keeps_pythonpath_s_first_folder(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helper.py").write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mine.py").write_text("import helper\n")
+    env = os.environ | {"PYTHONSAFEPATH": "1", "PYTHONPATH": str(tmp_path / "lib")}
+    p = subprocess.run(
+        [sys.executable, LAUNCH, "--env", "sub/mine.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
