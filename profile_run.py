@@ -67,8 +67,11 @@ def look(options: Options) -> Host:
     if rev and os.path.isdir(rev):  # a copy of the tree: the base runs at cwd's place in it
         copy = os.path.normpath(os.path.join(rev, place))
     elif rev:
-        if git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode:
-            raise Refused(f"{rev[:100]} is neither a folder nor a revision of a git checkout here")
+        if (found := git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")).returncode:
+            said = "".join(f" (git: {line[:200]})" for line in found.stderr.splitlines()[:1])
+            raise Refused(
+                f"{rev[:100]} is neither a folder nor a revision of a git checkout here{said}"
+            )
         prefix = place
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     assumed = os.environ.get("PROFILE_ASSUME_GPU", "")

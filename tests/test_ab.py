@@ -156,6 +156,8 @@ def test_make_ab_refuses_a_revision_without_the_script_or_outside_git(tmp_path):
     shutil.copytree(repo, outside, ignore=shutil.ignore_patterns(".git"))
     p = ab(tmp_path, "--rev", "HEAD", cwd=outside)
     assert p.returncode == 2 and "neither a folder nor a revision" in p.stderr
+    assert "here (git: fatal: not a git repository" in p.stderr  # git's reason, as it said
+    assert p.stderr.count("\n") == 1
     assert (
         not (repo / "profiling_results").exists() and not (outside / "profiling_results").exists()
     )
