@@ -59,6 +59,16 @@ def test_an_only_that_is_no_regex_or_finds_nothing_is_one_line_exit_2(regex, lin
     assert line in p.stderr
 
 
+def test_an_only_that_leaves_nothing_in_common_is_named_in_the_refusal():
+    # axpy_kernel runs in the autotuned capture alone: filtered, the runs share nothing.
+    autotuned, hook = (
+        FIXTURES / "h200-autotuned.hatchet.gz",
+        FIXTURES / "h200-softmax-python-hook.hatchet",
+    )
+    p = cli(autotuned, "--diff", hook, "--only", "axpy")
+    assert p.returncode == 2 and p.stderr.endswith("in common (with --only axpy)\n"), p.stderr
+
+
 def test_make_ab_and_make_compare_pass_only_and_refuse_a_bad_one_before_any_trial(tmp_path):
     for target in ("ab", "compare"):
         p = run("make", "-n", "--no-print-directory", target, "ONLY=^tri$$", f"OUT={tmp_path}")
