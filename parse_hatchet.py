@@ -366,7 +366,7 @@ def compare_with_base(
     sides = only.select(sides, args.only)
     ab = ab_sides(args)
     if refused := compare.find_refusal(*sides, ab, args.any_device):
-        limited = f" (with --only {args.only[:60]})" * (args.only is not None)
+        limited = "" if args.only is None else f" (with --only {args.only[:60]})"
         raise Refused(f"--diff {args.diff[:200]}: {refused}{limited}")
     given = {k: getattr(args, k) for k in compare.Gate._fields}
     gate = compare.Gate(**{k: v for k, v in given.items() if v is not None})
