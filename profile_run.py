@@ -297,7 +297,7 @@ def check_imports(plan: Plan) -> None:
         with open(os.path.join(trial.folder, "imports.json"), encoding="utf-8") as f:
             imported = json.load(f)
         own = os.path.join(os.path.realpath(trial.root), "")
-        for module, file in sorted(imported.items()):
+        for module, file in sorted(imported["own"].items()):
             real = os.path.realpath(file)
             tree = max((root for root in roots if real.startswith(root)), key=len, default=None)
             if tree not in (None, own):
@@ -306,13 +306,10 @@ def check_imports(plan: Plan) -> None:
                 raise Refused(
                     f"the {trial.side} imported {module} from {file[:200]}, {other}: {why}"
                 )
-            if tree is None and installed(real) and holds(own, module):
+        for module, file in sorted(imported["installed"].items()):
+            if holds(own, module):
                 why = "an installed copy runs on both sides: uninstall it, PYTHONPATH=src if there"
                 raise Refused(f"the {trial.side} imported {module} from {file[:200]}: {why}")
-
-
-def installed(path: str) -> bool:
-    return not {"site-packages", "dist-packages"}.isdisjoint(path.split(os.sep))
 
 
 def holds(root: str, module: str) -> bool:

@@ -137,19 +137,23 @@ def run_script(script: str, args: list[str], imports: str | None = None) -> int:
 
 
 def write_imports(path: str) -> None:
-    """Each module imported from outside the interpreter's own folders, and each top-level
-    one from inside, by name, and its file, as JSON: make ab checks each side ran its own
-    tree's."""
+    """The modules imported, by name, and their files, as JSON: "own", those from outside
+    the interpreter's folders (its prefix and site-packages, a .venv in the checkout too),
+    and "installed", the top-level ones from inside them; make ab checks each side ran its
+    own tree's."""
     dirs = (sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages())
-    installed = tuple(os.path.join(os.path.realpath(folder), "") for folder in dirs)
-    found = {  # not the main module under its names (multiprocessing adds __mp_main__)
-        name: file
-        for name, module in dict(sys.modules).items()
-        if name not in ("__main__", "__mp_main__")
-        and isinstance(file := getattr(module, "__file__", None), str)
-        and os.path.isabs(file)  # torch.classes names a bare "_classes.py": no place known
-        and ("." not in name or not os.path.realpath(file).startswith(installed))
-    }  # installed, the top-level ones alone: make ab asks whether a side's tree holds them
+    inside = tuple(os.path.join(os.path.realpath(folder), "") for folder in dirs)
+    found = {"own": {}, "installed": {}}
+    for name, module in dict(sys.modules).items():
+        file = getattr(module, "__file__", None)  # torch.classes': a bare "_classes.py"
+        if name in ("__main__", "__mp_main__") or not (
+            isinstance(file, str) and os.path.isabs(file)
+        ):
+            continue  # the main module under its names (multiprocessing adds __mp_main__)
+        if not os.path.realpath(file).startswith(inside):
+            found["own"][name] = file
+        elif "." not in name:
+            found["installed"][name] = file
     with open(f"{path}.{os.getpid()}", "w", encoding="utf-8") as f:
         json.dump(found, f, indent=1)
     os.replace(f"{path}.{os.getpid()}", path)  # whole, whichever rank writes it last

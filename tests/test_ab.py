@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -230,23 +231,55 @@ def test_a_side_that_imports_the_other_side_s_code_stops_before_any_timed_round(
     assert sorted(f.name for f in run_.iterdir()) == ["tree", "warmup"]
 
 
+def venv(folder, module, text=""):
+    """A virtual environment at folder that sees this one's packages, with module (a path
+    under its site-packages) written there; its python."""
+    assert run(PY, "-m", "venv", "--without-pip", folder).returncode == 0
+    python = folder / "bin" / "python"
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = Path(run(python, "-c", where).stdout.strip())
+    outer = "import sys; print('\\n'.join(p for p in sys.path if p.endswith('-packages')))"
+    (site / "outer.pth").write_text(run(PY, "-c", outer).stdout)  # as make setup's .pth
+    (site / module).parent.mkdir(parents=True, exist_ok=True)
+    (site / module).write_text(text)
+    return python
+
+
+def ab_with(tmp_path, python, *options):
+    """ab() of mine.py run by python."""
+    args = ["--recipe", helpers().recipe(tmp_path, proton="{mode: env}"), *options]
+    env = {k: v for k, v in helpers().environment(GPU).items() if v is not None}
+    return run(PROFILE, *args, "--", python, "mine.py", env=env, cwd=tmp_path / "repo")
+
+
 def test_a_package_the_tree_holds_imported_installed_stops_before_any_timed_round(tmp_path):
     # pip install . (not -e) puts a copy in site-packages that both sides import alike.
     repo = checkout(tmp_path)
     (repo / "src" / "kernels").mkdir(parents=True)
     (repo / "src" / "kernels" / "__init__.py").write_text("")
-    (site := tmp_path / "venv" / "lib" / "site-packages" / "kernels").mkdir(parents=True)
-    (site / "__init__.py").write_text("")
+    python = venv(tmp_path / "venv", "kernels/__init__.py")
     (repo / "mine.py").write_text("import kernels\n" + (repo / "mine.py").read_text())
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "src"]
     assert run("git", "add", "src", "mine.py", cwd=repo).returncode == 0
     assert run(*git, cwd=repo).returncode == 0
-    p = ab(tmp_path, "--rev", "HEAD", env={"PYTHONPATH": str(site.parent)})
+    p = ab_with(tmp_path, python, "--rev", "HEAD", "--trials", "1")
     assert p.returncode == 2 and p.stderr.endswith(
-        f"profile.sh: error: the base imported kernels from {site}/__init__.py: an installed "
-        "copy runs on both sides: uninstall it, PYTHONPATH=src if there\n"
-    )
+        "/kernels/__init__.py: an installed copy runs on both sides: uninstall it, "
+        "PYTHONPATH=src if there\n"
+    ), p.stderr
+    assert "error: the base imported kernels from " in p.stderr
     assert (tmp_path / "ran.log").read_text().split() == ["base", "now"]  # the warm-up alone
+
+
+def test_an_interpreter_whose_venv_is_in_the_checkout_runs_an_a_b(tmp_path):
+    # make setup's .venv lies in the checkout: what is installed there is neither side's.
+    repo = checkout(tmp_path)
+    python = venv(repo / ".venv", "installed_here.py")
+    (repo / "mine.py").write_text("import installed_here\n" + (repo / "mine.py").read_text())
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "import"]
+    assert run(*git, cwd=repo).returncode == 0  # the base's script imports it too
+    p = ab_with(tmp_path, python, "--rev", "HEAD", "--trials", "1")
+    assert p.returncode == 0, p.stderr
 
 
 def test_an_interrupted_make_ab_writes_no_compare_and_keeps_latest(tmp_path):
