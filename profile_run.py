@@ -124,15 +124,33 @@ def make_folder(plan: Plan, options: Options, children: "Children") -> str:
             why = f"--output {plan.folder[:200]} exists: name a new folder (nothing is cleared)"
             raise Refused(why) from None
         raise Refused(f"cannot make {plan.folder[:200]}") from None
-    if plan.tree:  # the revision, unpacked where the base runs, a signal as in a trial
-        os.mkdir(plan.tree)
-        checkout = git("rev-parse", "--show-toplevel").stdout.rstrip("\n")
-        unpack = 'set -o pipefail; git -C "$1" archive "$2" | tar -x -C "$3"'
-        if children.run(("bash", "-c", unpack, "bash", checkout, options.rev, plan.tree)):
-            shutil.rmtree(plan.tree)  # its own, half unpacked
-            remove_empty(plan.folder, top)
-            raise Refused(f"git archive {options.rev[:100]} failed")
+    if plan.tree:
+        unpack(plan, options.rev, top, children)
     return top
+
+
+def unpack(plan: Plan, rev: str, top: str, children: "Children") -> None:
+    """The revision, unpacked where the base runs, each step a child that a signal reaches
+    as in a trial; where it is not, what it made is removed and the run refused (or ended
+    by the signal)."""
+    os.mkdir(plan.tree)
+    checkout, archive = git("rev-parse", "--show-toplevel").stdout.rstrip("\n"), f"{plan.tree}.tar"
+    steps = (("git", "-C", checkout, "archive", "-o", archive, rev), ("tar", "-xf", archive))
+    done = False
+    try:
+        done = not any(children.run(step, plan.tree) for step in steps)
+    except Failed as e:
+        raise Failed(
+            e.args[0], f"{e.args[1].split(':')[0]}: {rev[:100]} was not unpacked"
+        ) from None
+    finally:
+        if os.path.exists(archive):
+            os.remove(archive)
+        if not done:  # its own, half unpacked
+            shutil.rmtree(plan.tree)
+            remove_empty(plan.folder, top)
+    if not done:
+        raise Refused(f"{rev[:100]} could not be unpacked (git archive, then tar)")
 
 
 def remove_empty(folder: str, top: str) -> None:
