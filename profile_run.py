@@ -134,7 +134,8 @@ def unpack(plan: Plan, rev: str, top: str, children: "Children") -> None:
     as in a trial; where it is not, what it made is removed and the run refused (or ended
     by the signal)."""
     os.mkdir(plan.tree)
-    checkout, archive = git("rev-parse", "--show-toplevel").stdout.rstrip("\n"), f"{plan.tree}.tar"
+    checkout = git("rev-parse", "--show-toplevel").stdout.rstrip("\n")
+    archive = os.path.abspath(f"{plan.tree}.tar")  # the steps run in the tree
     steps = (("git", "-C", checkout, "archive", "-o", archive, rev), ("tar", "-xf", archive))
     done = False
     try:
