@@ -252,7 +252,7 @@ def parser() -> Parser:
     p.add_argument("--same", type=parse_percent, metavar="PCT", help="within it: same (2)")
     p.add_argument("--any-device", action="store_true", help="compare across devices")
     p.add_argument("--only", metavar="REGEX", help="judge only the kernels it finds in a name")
-    p.add_argument("--looks", type=parse_count, default=1, metavar="N", help=argparse.SUPPRESS)
+    p.add_argument("--alpha-divisor", type=parse_count, default=1, help=argparse.SUPPRESS)
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison here (-: stdout)")
     return p
 
@@ -307,7 +307,8 @@ def summaries(
     """The summaries of what paths hold, one a trial, or the summary.json given; the first
     problem that left nothing to summarise; and what was found."""
     if len(paths) == 1 and paths[0].endswith(".json") and Path(paths[0]).is_file():
-        found = files.Found(seen={os.path.realpath(paths[0]): Path(paths[0])})
+        saved_in = os.path.dirname(paths[0]) or "."  # the run it was saved in, as make writes it
+        found = files.Found(seen={os.path.realpath(p): Path(p) for p in (paths[0], saved_in)})
         done = saved(paths[0])
         return [done], done.problem and f"{paths[0][:200]}: nothing summarised in it", found
     for given in paths:  # make ab's run folder: its two sides, by the order they ran in
@@ -366,11 +367,13 @@ def compare_with_base(
     sides = only.select(sides, args.only)
     ab = ab_sides(args)
     if refused := compare.find_refusal(*sides, ab, args.any_device):
-        limited = "" if args.only is None else f" (with --only {args.only[:60]})"
-        raise Refused(f"--diff {args.diff[:200]}: {refused}{limited}")
+        with_only = args.only is not None and "in common" in refused
+        raise Refused(
+            f"--diff {args.diff[:200]}: {refused}" + f" (with --only {args.only})" * with_only
+        )
     given = {k: getattr(args, k) for k in compare.Gate._fields}
     gate = compare.Gate(**{k: v for k, v in given.items() if v is not None})
-    return only.note(compare.diff(*sides, args.diff, gate, ab, args.looks), args.only), None
+    return only.note(compare.diff(*sides, args.diff, gate, ab, args.alpha_divisor), args.only), None
 
 
 def refuse_shared_outputs(args: argparse.Namespace) -> None:

@@ -282,7 +282,7 @@ def run_plan(plan: Plan, children: "Children") -> int:
         say(f"{count} trials a side, compared {looks} time{'s' * (looks > 1)}")
     write_provenance(plan)
     divisor = share[looks - 1]
-    status = children.run((*plan.summarise, *("--looks", str(divisor)) * (divisor > 1)))
+    status = children.run((*plan.summarise, *("--alpha-divisor", str(divisor)) * (divisor > 1)))
     compared = plan.kind in ("ab", "compare")
     if status in ((0, 3) if compared else (0,)):
         link(plan)
@@ -337,13 +337,13 @@ def holds(root: str, module: str) -> bool:
     return any(os.path.isfile(os.path.join(root, *top, n)) for top in ((), ("src",)) for n in names)
 
 
-def unsettled_rows(plan: Plan, looks: int) -> list:
-    """The rows an A/B's comparison so far leaves unsettled, its rate divided by looks;
+def unsettled_rows(plan: Plan, divisor: int) -> list:
+    """The rows an A/B's comparison so far leaves unsettled, its rate divided by divisor;
     none where it cannot compare (the final comparison says why)."""
     import parse_hatchet as ph
     from summary.compare import unsettled
 
-    args = ph.parser().parse_args([*plan.summarise[2:], "--looks", str(looks)])
+    args = ph.parser().parse_args([*plan.summarise[2:], "--alpha-divisor", str(divisor)])
     try:  # its warnings are the final comparison's to say, once
         with contextlib.redirect_stderr(io.StringIO()):
             done, problem, found = ph.summaries(

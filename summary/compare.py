@@ -213,15 +213,16 @@ def judge(base: list | None, now: list | None, m: int, gate: Gate, drift: float 
 
 
 def diff(
-    base: list, now: list, name: str, gate: Gate, interleaved: bool = False, looks: int = 1
+    base: list, now: list, name: str, gate: Gate, interleaved: bool = False, alpha_divisor: int = 1
 ) -> Comparison:
     """proton_diff: each row of base against now, the largest change first, and the story;
-    looks, what an A/B that adds rounds while rows are unsettled divides this look's rate by."""
+    alpha_divisor, what an A/B that adds rounds while rows are unsettled divides this look's
+    rate by."""
     kernels = [kernel_times(side) for side in (base, now)]
     pairs = matched_kernels(*kernels)
     sites, tied = matched_sites(*(site_times(side) for side in (base, now)))
     rows_judged = 1 + sum(bool(a and b) for a, b in pairs + sites)  # the GPU time, matched rows
-    m = rows_judged * looks  # Bonferroni over every row at every look
+    m = rows_judged * alpha_divisor  # Bonferroni over every row, at this look's share
     drift = 0.0 if interleaved else DRIFT
     totals = [
         [sum(t[i] for _, t in k.values()) for i in range(len(s))]
@@ -244,7 +245,7 @@ def diff(
         interleaved=interleaved,
         alpha=stats.ALPHA,
         rows_judged=rows_judged,
-        looks=looks,
+        alpha_divisor=alpha_divisor,
         method=stats.name_method(min(len(base), len(now))),
         total=total,
         kernels=sort_by_change(rows),

@@ -132,7 +132,7 @@ class Comparison(Record, kw_only=True, omit_defaults=False):  # proton_diff
     interleaved: bool
     alpha: float
     rows_judged: int
-    looks: int = 1  # what make ab's added rounds divide this look's rate by, beside the rows
+    alpha_divisor: int = 1  # what make ab's added rounds divide this look's rate by
     method: str = ""
     same: float = 2.0
     fail_above: float | None = None

@@ -203,11 +203,17 @@ def test_rows_left_unsettled_get_more_rounds_up_to_max_trials_and_every_look_cou
     d = json.loads((run_ / "compare.json").read_text())["proton_diff"]
     assert (d["total"]["n_base"], d["total"]["n"]) == (5, 5)
     assert d["kernels"][0]["verdict"] == "inconclusive"  # at 5 trials, the most, still
-    assert d["looks"] == 4  # its third look's share of the rate: 1/4
+    assert d["alpha_divisor"] == 4  # its third look's share of the rate: 1/4
     lows = []  # the final comparison's interval spends what its third look may: alpha / 4
-    for looks in ("4", "1"):
+    for divisor in ("4", "1"):
         again = run(
-            PY, ROOT / "parse_hatchet.py", run_ / "now", "--diff", run_ / "base", "--looks", looks
+            PY,
+            ROOT / "parse_hatchet.py",
+            run_ / "now",
+            "--diff",
+            run_ / "base",
+            "--alpha-divisor",
+            divisor,
         )
         lows.append(json.loads(again.stdout)["proton_diff"]["kernels"][0]["low"])
     assert lows[0] == d["kernels"][0]["low"] != lows[1]

@@ -724,6 +724,15 @@ def test_a_base_that_holds_the_run_compared_is_refused(tmp_path):
         assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr
         assert "the run compared: name an earlier run" in p.stderr
     assert not (tmp_path / "c.md").exists()
+    one = tmp_path / "one"  # a run, and the summary.json saved in it
+    one.mkdir()
+    capture = shutil.copy(FIXTURES / "h200-softmax-python.hatchet", one)
+    assert cli(one, "-o", one / "summary.json").returncode == 0
+    for now, base in ((one, one / "summary.json"), (one / "summary.json", one)):
+        p = cli(now, "--diff", base)
+        assert p.returncode == 2 and "the run compared: name an earlier run" in p.stderr
+    other = shutil.copy(capture, tmp_path / "other.hatchet")
+    assert cli(other, "--diff", one / "summary.json").returncode == 0
 
 
 def test_the_first_line_names_the_band_the_rows_were_judged_at():
