@@ -26,6 +26,7 @@ from summary.run import (
     AUTOTUNING,
     CAPTURED_AT,
     Run,
+    compile_only,
     demangle,
     five_keys,
     number,
@@ -411,7 +412,7 @@ def ab_sides(args: argparse.Namespace) -> bool:
 def run(args: argparse.Namespace) -> int:
     refuse_shared_outputs(args)
     ab_sides(args)  # refused before the summaries are made, as is --only's no regex
-    only.pattern(args.only)
+    compile_only(args.only)
     done, problem, found = summaries(args.paths, args.world_size, ceilings(args.ceiling))
     inputs = set(found.seen)
     output = None if args.output == "-" else args.output

@@ -18,7 +18,7 @@ import time
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # summary/, under PYTHONSAFEPATH too
 from summary import Refused  # noqa: E402
-from summary.plan import (
+from summary.plan import (  # noqa: E402
     Host,
     Options,
     Plan,
@@ -29,7 +29,7 @@ from summary.plan import (
     plain,
     round_of,
     shares,
-)  # noqa: E402, E501
+)
 from summary.recipe import load  # noqa: E402
 
 DEVICE_FILES = {"amd": "/dev/kfd", "nvidia": "/dev/nvidiactl"}
@@ -140,9 +140,9 @@ def unpack(plan: Plan, rev: str, top: str, children: "Children") -> None:
     done = False
     try:
         done = not any(children.run(step, plan.tree) for step in steps)
-    except Failed as e:
+    except Failed as e:  # a signal
         raise Failed(
-            e.args[0], f"{e.args[1].split(':')[0]}: {rev[:100]} was not unpacked"
+            e.args[0], f"stopped by {children.signal.name}: {rev[:100]} was not unpacked"
         ) from None
     finally:
         if os.path.exists(archive):

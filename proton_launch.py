@@ -145,11 +145,10 @@ def write_imports(path: str) -> None:
     inside = tuple(os.path.join(os.path.realpath(folder), "") for folder in dirs)
     found = {"own": {}, "installed": {}}
     for name, module in dict(sys.modules).items():
-        file = getattr(module, "__file__", None)  # torch.classes': a bare "_classes.py"
-        if name in ("__main__", "__mp_main__") or not (
-            isinstance(file, str) and os.path.isabs(file)
-        ):
-            continue  # the main module under its names (multiprocessing adds __mp_main__)
+        file = getattr(module, "__file__", None)
+        placed = isinstance(file, str) and os.path.isabs(file)  # torch.classes': "_classes.py"
+        if name in ("__main__", "__mp_main__") or not placed:  # multiprocessing's alias too
+            continue
         if not os.path.realpath(file).startswith(inside):
             found["own"][name] = file
         elif "." not in name:

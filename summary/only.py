@@ -7,16 +7,7 @@ import msgspec
 
 from summary import Refused
 from summary.records import Comparison, Summary
-
-
-def pattern(text: str | None) -> re.Pattern | None:
-    """text compiled (None: None); Refused, in one line, where it is no regular expression."""
-    if text is None:
-        return None
-    try:
-        return re.compile(text)
-    except re.error as e:
-        raise Refused(f"--only {text[:60]!r} is no regular expression: {e}") from None
+from summary.run import compile_only
 
 
 def keep(summary: Summary, found: re.Pattern) -> Summary:
@@ -38,7 +29,7 @@ def keep(summary: Summary, found: re.Pattern) -> Summary:
 def select(sides: list, text: str | None) -> list:
     """Each side's summaries limited to --only's kernels (text None: all of them); Refused
     where neither side has one."""
-    if (found := pattern(text)) is None:
+    if (found := compile_only(text)) is None:
         return sides
     out = [[keep(summary, found) for summary in side] for side in sides]
     if not any(summary.proton_kernels for side in out for summary in side):

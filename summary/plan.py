@@ -3,13 +3,12 @@ pure function (make_plan) makes of them, the Recipe and the Host. profile_run.py
 plan (lines) or runs it; docs/profiling.md tells each part."""
 
 import os
-import re
 import shlex
 from dataclasses import dataclass
 
 from summary import Refused
 from summary.recipe import MAX_TRIALS, Recipe
-from summary.run import number
+from summary.run import compile_only, number
 
 # A run's kind, by its data and whether it runs the instrumentation backend.
 KINDS = {("tree", False): "profile", ("trace", False): "trace", ("tree", True): "intra"}
@@ -144,11 +143,8 @@ def take(option: str, words: list) -> str | int:
     if not words or words[0] in ("", "--"):  # -- ends the options: the command follows
         raise Refused(f"{option} needs a value" + ", not an empty one" * (words[:1] == [""]))
     word = words.pop(0)
-    if option == "--only":  # compiled here as summary/only.py does, without its packages
-        try:
-            return re.compile(word).pattern
-        except re.error as e:
-            raise Refused(f"--only {word[:60]!r} is no regular expression: {e}") from None
+    if option == "--only":
+        return compile_only(word).pattern
     if option in GATE and ((value := number(word)) is None or value >= 1e15):
         raise Refused(f"{option} takes a number >= 0, not {word[:30]}")
     digits = len(word) < 7 and word.isascii() and word.isdecimal() and word[0] != "0"

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 
+from summary import Refused
+
 TOP_N = 5  # aorta's length of proton_top_kernels
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 # Frames not the user's: Python's, Triton's (Proton's), torch's, where installed anywhere or here.
@@ -38,6 +40,16 @@ def number(value: object) -> float | None:
     except (ValueError, OverflowError):
         return None
     return value if 0 <= value < math.inf else None
+
+
+def compile_only(text: str | None) -> re.Pattern | None:
+    """--only's expression compiled (None: None); Refused, in one line, where it is none."""
+    if text is None:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise Refused(f"--only {text[:60]!r} is no regular expression: {e}") from None
 
 
 def printable(text: str) -> str:
