@@ -20,6 +20,8 @@
 #           tests/payloads/workload.py (ci-workload): their seconds are docs/ci.md's minutes;
 #           each compare.md and compare.json copied into OUT/ci-example and OUT/ci-workload
 #           (ci-example, ci-workload: one of the two, each within one 10-minute command)
+#   targets make profile, make profile NPROC=2, make ab TRIALS=3 (against a copy of this
+#           tree), make trace and make intra, each run's folder copied into OUT/targets
 # Each step stops at 590 s, so that it fits one 10-minute command. The parts wait in
 # PARTS (relative to the checkout; default profiling_results/gpu: ignored by git, so
 # kept between commands on one machine), beside quack, which says whether QuACK could be installed: if not, it is
@@ -30,8 +32,8 @@ set -euo pipefail
 steps=("$@")
 [[ $# -gt 0 ]] || steps=(test rows logits rest report)
 for s in "${steps[@]}"; do
-  [[ " test rows logits rest report ab ci ci-example ci-workload " == *" $s "* ]] ||
-    { echo "gpu: no step '$s': test rows logits rest report ab ci ci-example ci-workload" >&2 && exit 2; }
+  [[ " test rows logits rest report ab ci ci-example ci-workload targets " == *" $s "* ]] ||
+    { echo "gpu: no step '$s': test rows logits rest report ab ci ci-example ci-workload targets" >&2 && exit 2; }
 done
 [[ -n ${OUT:-} ]] || { echo "gpu: set OUT to the folder that receives the results" >&2 && exit 2; }
 out=$(realpath -m -- "$OUT")
@@ -120,6 +122,18 @@ ci() { # ci NAME...: each side this tree, an A/A run of each, timed as CI would 
   done
 }
 
+targets() { # the README's targets on the example, each run's folder kept in OUT/targets
+  local results=$parts/targets rev=$parts/aa
+  rm -rf -- "$results"
+  copy "$rev" # make ab's base: this tree, whatever a git here holds
+  step profile make profile OUT="$results/profile" || failed=1
+  step profile-nproc2 make profile NPROC=2 OUT="$results/profile-nproc2" || failed=1
+  step ab-trials3 make ab TRIALS=3 REV="$rev" OUT="$results/ab" || failed=1
+  step trace make trace OUT="$results/trace" || failed=1
+  step intra make intra OUT="$results/intra" || failed=1
+  mkdir -p -- "$out/targets" && cp -r -- "$results"/. "$out/targets/"
+}
+
 for s in "${steps[@]}"; do
   case $s in
     test) step test make test-gpu PYTEST_ARGS=-q || failed=1 ;;
@@ -130,6 +144,7 @@ for s in "${steps[@]}"; do
     ab) ab ;;
     ci) ci example workload ;;
     ci-example | ci-workload) ci "${s#ci-}" ;;
+    targets) targets ;;
   esac
 done
 exit "$failed"

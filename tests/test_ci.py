@@ -169,6 +169,30 @@ def test_gpu_sh_ci_times_an_a_a_make_ab_of_the_example_and_of_the_workload(tmp_p
         }
 
 
+def test_gpu_sh_targets_runs_the_readmes_targets_each_into_a_folder_of_its_own(tmp_path):
+    (bin_ := tmp_path / "bin").mkdir()
+    (bin_ / "make").write_text(FAKE_MAKE)
+    (bin_ / "make").chmod(0o755)
+    env = {
+        "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}",
+        "MAKE_LOG": str(tmp_path / "make.log"),
+        "OUT": str(tmp_path / "out"),
+        "PARTS": str(tmp_path / "parts"),
+    }
+    p = run(ROOT / "bench" / "gpu.sh", "targets", env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    results = f"{tmp_path}/parts/targets"
+    assert (tmp_path / "make.log").read_text().splitlines() == [
+        f"profile OUT={results}/profile",
+        f"profile NPROC=2 OUT={results}/profile-nproc2",
+        f"ab TRIALS=3 REV={tmp_path}/parts/aa OUT={results}/ab",
+        f"trace OUT={results}/trace",
+        f"intra OUT={results}/intra",
+    ]
+    assert (tmp_path / "parts" / "aa" / "Makefile").is_file()  # make ab's base, a copy
+    assert (tmp_path / "out" / "targets" / "ab" / "ab" / "latest" / "compare.md").is_file()
+
+
 # docs/ci.md's workflow, its run: steps in a pull request's checkout.
 
 TOOLING = ["Makefile", "profile.sh", "profile_run.py", "proton_launch.py", "parse_hatchet.py"]

@@ -1,7 +1,8 @@
 """A workload of the kernels a model launches, for make profile and make ab on a GPU: an MLP
 compiled by Inductor (torch.compile: Triton kernels of its own beside cuBLAS's), a matmul by
-cuBLAS (hipBLAS on ROCm), and a Triton kernel autotuned over three configs; each checked
-against eager torch once, then run --iters times. It needs torch (and its Triton) alone.
+cuBLAS (hipBLAS on ROCm), and a Triton kernel autotuned over three configs, its pick cached;
+each checked against eager torch once, then run --iters times. It needs torch (and its
+Triton) alone.
 
     python workload.py [--iters 20]
 
@@ -21,7 +22,9 @@ ROWS, WIDTH = 4096, 1024
 CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((512, 4), (1024, 4), (4096, 8))]
 
 
-@triton.autotune(configs=CONFIGS, key=["n"])
+# cache_results keeps the pick on disk: every process after the first runs the config the first
+# chose, where a kernel tuned afresh in each trial is noise a comparison of trials would see.
+@triton.autotune(configs=CONFIGS, key=["n"], cache_results=True)
 @triton.jit
 def scale_add_kernel(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
