@@ -6,38 +6,24 @@ A row longer than softmax.py's MAX_FUSED_COLS is a split-row reduction across pr
 as split-K splits a matrix product's reduction: each program reduces one tile of the row
 to its max m_t and its sum of exponentials s_t, and the row's max M and sum
 S = sum_t s_t * exp(m_t - M) follow from those partials alone: the online softmax merge
-(Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018).
-
-Programs take their tile by atomic ticket, in the order they start, as in decoupled
-look-back (Merrill & Garland, "Single-pass Parallel Prefix Scan with Decoupled
-Look-back", 2016) and Stream-K (Osama et al., 2023), so that a program only waits for
-tiles that programs already running hold; or by program id, where the GPU holds every
-program of the launch at once. Neither kernel can deadlock:
+(Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018). Three kernels
+merge them, none able to deadlock (docs/kernel.md says why each is fast):
 
 - softmax_long_rows_kernel, where the GPU holds a row's tiles at once: each program keeps
-  its tile in registers while the row's partials arrive, then writes it. Read once.
+  its tile in registers while the row's partials arrive, as packed 64-bit slots, then
+  writes it: read once. Programs take their tile by atomic ticket, in the order they
+  start, as in decoupled look-back (Merrill & Garland, 2016) and Stream-K (Osama et al.,
+  2023), or by program id where the GPU holds every program of the launch at once.
+- softmax_partials_kernel, then softmax_merge_kernel, for a few rows that fit the L2 on
+  NVIDIA GPUs with programmatic dependent launch (PDL): no slots to zero and no wait in
+  a kernel; the merge launches while the partials run, as FlashInfer merges attention
+  states, and reads its tile again from L2.
 - softmax_long_rows_lagged_kernel elsewhere (rows of more tiles than SMs, the
   interpreter): each program writes the tile reduced a fixed number of tickets earlier,
   read a second time from L2.
 
-What makes them fast at a vocabulary's logits (32,000 to 256,000 columns):
-
-- Packed partials. softmax_long_rows_kernel publishes a tile's max and sum as one 64-bit
-  slot, written by one relaxed atomic exchange, and waits by reading its row's slots
-  atomically until none is empty: the partials are their own arrival, with no counter
-  and no acquire/release pair. Atomic reads, not volatile loads, so that no compiler
-  may hoist the wait's load out of its loop (compiled for gfx942, a volatile vector
-  load is hoisted: a wait that never ends).
-- No ticket for small batches: where every tile of every row has an SM of its own, all
-  programs run at once, and each takes its tile by program id, with no atomic ticket.
-  Elsewhere the ticket is a relaxed atomic, as it orders no other memory.
-- Peeled rows: rows that are not aligned() but have a column stride of 1 (50257 columns,
-  a row start inside 16 bytes) load whole 16-byte chunks 16 bytes at a time, from their
-  first chunk; the head before it and the tail after the last are peeled off, a few
-  elements that the first tile's program loads, reduces and writes with its own.
-- Whole float32 rows: rows of up to WHOLE_ROW_COLS float32 columns, where there are
-  enough of them to fill the GPU, are held whole by one program of 16 warps, in
-  softmax.py's kernel: no partials at all.
+Float32 rows of up to WHOLE_ROW_COLS columns, where there are enough of them to fill the
+GPU, are held whole by one program of 16 warps, in softmax.py's kernel.
 """
 
 import functools
@@ -46,7 +32,9 @@ import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
-# softmax.py first: it picks Triton's interpreter where there is no GPU, before Triton loads.
+# softmax.py first (few_rows.py imports it first): it picks Triton's interpreter where
+# there is no GPU, before Triton loads.
+import few_rows
 import softmax as fused
 from softmax import launch_metadata, scope
 
@@ -71,6 +59,12 @@ HALF_TILE_REGS = 48
 # Lagged tiles: a program writes the tile a row plus LAG_PER_SM tickets per SM below
 # its own: late enough for that row to be reduced, soon enough to read it again from L2.
 LAG_PER_SM = 2
+# At most FEW_ROWS aligned rows whose bytes fit 1/L2_SHARE of the L2, on a GPU with PDL,
+# take few_rows.py's two launches instead of the held kernel: on an H100, 1.05-1.28x
+# faster at 1 and 16 rows of 32000-151936 columns; 0.68-0.71x at 256 rows, whose second
+# read misses the L2 (bench/lone_row.py).
+FEW_ROWS = 16
+L2_SHARE = 4
 MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
 # Held rows' slots, 16 int64s to 128 bytes: each row's on lines of its own, as the lagged
 # kernel's counters (that spacing measured faster on the H200), and the ticket on the
@@ -129,7 +123,8 @@ def _merged(slots, tile, m, s, n_tiles, TILES: tl.constexpr):  # noqa: ANN202
     # A slot holds a tile's max and sum as their float32 bits, high and low, and is 0
     # while empty: no tile's pair is (+0.0, +0.0), as its sum is at least exp(0) = 1 of
     # its max unless that max is -inf or NaN. The slot is the data it publishes, so
-    # relaxed atomics suffice; and atomic reads stay inside the loop.
+    # relaxed atomics suffice; and atomic reads stay inside the loop, where compiled for
+    # gfx942 a volatile load is hoisted out of it: a wait that never ends.
     bits = (m.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (
         s.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
     )
@@ -372,20 +367,30 @@ def usable_sms(n_sms: int, env: dict = os.environ) -> int:
 
 
 @functools.cache
-def plan(n_rows: int, n_cols: int, itemsize: int, aligned_rows: bool, device: int | None) -> Plan:
+def plan(
+    n_rows: int,
+    n_cols: int,
+    itemsize: int,
+    aligned_rows: bool,
+    device: int | None,
+    peeled: bool = False,
+) -> Plan:
     """The Plan for rows of n_cols itemsize-byte elements that load 16 bytes at a time
-    (aligned_rows: aligned() or peeled) or not, on a GPU (device: its index) or in the
-    interpreter (device: None). Float32 rows of up to WHOLE_ROW_COLS columns are held
+    (aligned_rows: aligned() or peeled: peeled()) or not, on a GPU (device: its index) or
+    in the interpreter (device: None). Float32 rows of up to WHOLE_ROW_COLS columns are held
     whole, a row a program, where there are WHOLE_ROWS_PER_SM for each SM. Longer rows are
     held where the SMs this process may use hold every tile of a row at once (one program
     per SM always fits), taken by program id where they hold every tile of every row;
     the interpreter runs one program at a time, so it never holds a tile (a whole row
     waits for nothing). That assumes no other kernel fills the SMs meanwhile: held
-    launches on several streams at once can wait on each other's programs."""
-    n_sms, warp_size = 0, 32
+    launches on several streams at once can wait on each other's programs. FEW_ROWS
+    aligned, not peeled, rows that would be held take few_rows.py's launches instead."""
+    n_sms, warp_size, few_bytes = 0, 32, -1
     if device is not None:
         props = torch.cuda.get_device_properties(device)
         n_sms, warp_size = usable_sms(props.multi_processor_count), props.warp_size
+        if not AMD and props.major >= 9:  # programmatic dependent launch: Hopper and later
+            few_bytes = props.L2_cache_size // L2_SHARE
     if itemsize == 4 and n_cols <= WHOLE_ROW_COLS and n_rows >= WHOLE_ROWS_PER_SM * n_sms:
         block_n = triton.next_power_of_2(n_cols)
         return Plan(fused.softmax_kernel, block_n, WHOLE_ROW_WARPS, (n_rows,), 1, 1, ticket=False)
@@ -397,6 +402,10 @@ def plan(n_rows: int, n_cols: int, itemsize: int, aligned_rows: bool, device: in
     n_tiles = triton.cdiv(n_cols, tile)
     tiles = triton.next_power_of_2(min(n_tiles, MERGE_TILES))
     if n_tiles <= min(n_sms, MERGE_TILES):
+        few = n_rows <= FEW_ROWS and n_rows * n_cols * itemsize <= few_bytes
+        if few and aligned_rows and not peeled:
+            grid = (n_rows * n_tiles,)
+            return Plan(few_rows.softmax_partials_kernel, tile, num_warps, grid, n_tiles, tiles)
         regs = HALF_TILE_REGS if aligned_rows and itemsize == 2 and not AMD else 0
         grid = (n_rows * n_tiles,)
         ticket = n_rows * n_tiles > n_sms
@@ -416,7 +425,7 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
     is_aligned = aligned(rows)
     lead = None if is_aligned else peel(rows)
     vectors = is_aligned or lead is not None
-    p = plan(n_rows, n_cols, rows.element_size(), vectors, rows.device.index)
+    p = plan(n_rows, n_cols, rows.element_size(), vectors, rows.device.index, lead is not None)
     kernel = p.kernel if wrap is None else wrap(p.kernel)
     args = dict(
         out_ptr=out,
@@ -430,6 +439,9 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
     )
     if p.kernel is fused.softmax_kernel:
         kernel[p.grid](**args, BLOCK_M=1)
+        return
+    if p.kernel is few_rows.softmax_partials_kernel:  # PDL: the plan took it only where it is
+        few_rows.launch(rows, out, p.block_n, p.num_warps, True, wrap)
         return
     args.update(n_tiles=p.n_tiles, TILES=p.tiles)
     if p.lag:

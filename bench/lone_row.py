@@ -1,18 +1,12 @@
-"""A lone vocabulary row (1 to 16 rows of 32000 to 151936 columns): long_rows.py's held
-kernel against two designs that need no zeroed slots, and QuACK where installed, on a GPU.
+"""A lone vocabulary row (1 to 16 rows of 32000 to 256000 columns): long_rows.py's held
+kernel against few_rows.py's two launches (partials, then merge), with and without
+programmatic dependent launch (PDL), and QuACK where installed, on a GPU.
 
     python bench/lone_row.py [--out bench/results/ab]
 
-long_rows.py's held kernel zeroes each row's slots (a memset before the kernel, in every
-graph replay too), then each program publishes its tile's partial by an atomic exchange
-and waits on its row's slots with atomic reads. The two designs here write each tile's
-partial unconditionally, so nothing is zeroed, and merge in a second launch, as
-FlashInfer's merge of attention states does:
-
-- partials, then merge: two launches; the second merges the row's partials (the online
-  softmax merge) and writes its tile, read again from L2.
-- the same with programmatic dependent launch (PDL): the merge is launched while the
-  partials run (launch_pdl), loads its tile, then waits for them (gdc_wait).
+long_rows.py takes few_rows.py's launches for FEW_ROWS rows or fewer that fit a share of
+the L2, on GPUs with PDL; the held kernel is what it launches for more rows, timed here by
+planning with FEW_ROWS at 0. 256 rows show what the plan keeps them from.
 
 Every candidate is timed by CUDA-graph replay (do_bench_cudagraph), interleaved in each
 round, the order turned round in alternate rounds; medians and [min, max] over rounds.
@@ -34,83 +28,44 @@ import softmax as sm  # noqa: E402 - first: it picks Triton's interpreter where 
 # isort: split
 import torch  # noqa: E402
 import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
+import few_rows  # noqa: E402
 import long_rows  # noqa: E402
 import report  # noqa: E402
 import sweep  # noqa: E402
 
-try:  # Triton 3.4 and later, NVIDIA Hopper and later
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-except ImportError:
-    gdc_launch_dependents = gdc_wait = None
-
-SHAPES = [(1, 32000), (1, 128256), (16, 128256), (1, 151936), (16, 151936), (256, 128256)]
+SHAPES = [(m, v) for m in (1, 16) for v in sweep.VOCABS] + [(256, 128256)]
 DTYPES = [torch.bfloat16, torch.float32]
 ROUNDS = 9
-LOG2E = tl.constexpr(1.4426950408889634)
 
 
-@triton.jit
-def partials_kernel(part_ptr, in_ptr, n_cols, row_stride, n_tiles, BLOCK_N: tl.constexpr,
-                    PDL: tl.constexpr):  # fmt: skip
-    k = tl.program_id(0)
-    if PDL:
-        gdc_launch_dependents()  # the merge may start now: it waits before reading partials
-    row, tile = (k // n_tiles).to(tl.int64), k % n_tiles
-    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    x = tl.load(in_ptr + row * row_stride + cols, mask=cols < n_cols, other=-float("inf"))
-    m = tl.max(x.to(tl.float32), axis=0)
-    s = tl.sum(tl.exp2((x.to(tl.float32) - m) * LOG2E), axis=0)
-    tl.store(part_ptr + 2 * k, m)
-    tl.store(part_ptr + 2 * k + 1, s)
-
-
-@triton.jit
-def merge_kernel(out_ptr, in_ptr, part_ptr, n_cols, row_stride, n_tiles,
-                 BLOCK_N: tl.constexpr, TILES: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
-    k = tl.program_id(0)
-    row, tile = (k // n_tiles).to(tl.int64), k % n_tiles
-    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * row_stride + cols, mask=mask, other=-float("inf"))
-    if PDL:
-        gdc_wait()  # every partial written and visible
-    t = tl.arange(0, TILES)
-    live = t < n_tiles
-    first = row * n_tiles
-    m_t = tl.load(part_ptr + 2 * (first + t), mask=live, other=-float("inf"))
-    s_t = tl.load(part_ptr + 2 * (first + t) + 1, mask=live, other=0.0)
-    row_max = tl.max(m_t, axis=0)
-    row_sum = tl.sum(s_t * tl.exp(m_t - row_max), axis=0)
-    y = tl.exp(x.to(tl.float32) - row_max) * (1.0 / row_sum)
-    tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+def held(x: torch.Tensor) -> torch.Tensor:
+    """long_rows.softmax(x) planned as for more than FEW_ROWS rows: the held kernel."""
+    few, long_rows.FEW_ROWS = long_rows.FEW_ROWS, 0
+    long_rows.plan.cache_clear()
+    try:
+        return long_rows.softmax(x)
+    finally:
+        long_rows.FEW_ROWS = few
+        long_rows.plan.cache_clear()
 
 
 def two_launches(x: torch.Tensor, pdl: bool) -> torch.Tensor:
-    """Partials, then merge, with the tiles long_rows.py's plan picks for x."""
-    n_rows, n_cols = x.shape
-    p = long_rows.plan(n_rows, n_cols, x.element_size(), True, x.device.index)
+    """few_rows.py's launches with the tiles long_rows.py's plan picks for x's rows."""
     out = torch.empty_like(x)
-    parts = torch.empty(2 * n_rows * p.n_tiles, dtype=torch.float32, device=x.device)
-    grid = (n_rows * p.n_tiles,)
-    common = dict(n_cols=n_cols, row_stride=x.stride(0), n_tiles=p.n_tiles, BLOCK_N=p.block_n)
-    partials_kernel[grid](parts, x, **common, PDL=pdl, num_warps=p.num_warps)
-    tiles = triton.next_power_of_2(p.n_tiles)
-    launch = dict(launch_pdl=True) if pdl else {}
-    merge_kernel[grid](out, x, parts, **common, TILES=tiles, PDL=pdl, num_warps=p.num_warps,
-                       **launch)  # fmt: skip
+    p = long_rows.plan(*x.shape, x.element_size(), True, x.device.index)
+    few_rows.launch(x, out, p.block_n, p.num_warps, pdl)
     return out
 
 
 def candidates(x: torch.Tensor) -> dict:
     fns = {
-        "long_rows.py": lambda: long_rows.softmax(x),
+        "held": lambda: held(x),
         "partials, then merge": lambda: two_launches(x, False),
+        "partials, then merge (PDL)": lambda: two_launches(x, True),
+        "long_rows.py": lambda: long_rows.softmax(x),
     }
-    if gdc_wait is not None:
-        fns["partials, then merge (PDL)"] = lambda: two_launches(x, True)
     if (quack := sweep.quack()) is not None:
         fns["quack"] = lambda: quack(x)
     return fns
@@ -139,6 +94,7 @@ def measure(dtype: torch.dtype, rows: int, cols: int) -> dict:
         "device_us": us,
         "spread_us": {name: [round(min(v), 2), round(max(v), 2)] for name, v in seen.items()},
         "of_quack": {n: round(us["quack"] / v, 3) for n, v in us.items()} if "quack" in us else {},
+        "over_held": {n: round(us["held"] / v, 3) for n, v in us.items()} if "held" in us else {},
         "best_of_ours_us": best_ours,
         "max_abs_err": errors,
     }

@@ -44,6 +44,7 @@ import triton.language as tl  # noqa: E402
 from torch.library import triton_op  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
+import few_rows  # noqa: E402
 import long_rows  # noqa: E402
 import softmax_op  # noqa: E402
 from summary.files import write_output  # noqa: E402
@@ -143,10 +144,13 @@ def path(x):
     """The kernel softmax.py launches for x's rows."""
     if x.shape[-1] <= sm.MAX_FUSED_COLS:
         return "fused"
-    vectors = long_rows.aligned(x) or long_rows.peel(x) is not None
-    plan = long_rows.plan(*x.shape, x.element_size(), vectors, x.device.index)
+    aligned = long_rows.aligned(x)
+    peeled = not aligned and long_rows.peel(x) is not None
+    plan = long_rows.plan(*x.shape, x.element_size(), aligned or peeled, x.device.index, peeled)
     if plan.kernel is sm.softmax_kernel:
         return "whole rows"
+    if plan.kernel is few_rows.softmax_partials_kernel:
+        return "few rows"
     return "lagged tiles" if plan.lag else "tiles"
 
 

@@ -16,7 +16,7 @@ import report  # noqa: E402
 RESULTS = report.whole_runs()
 CANDIDATES = {"softmax.py", "torch.softmax", "torch.compile", "liger", "copy"}
 OPTIONAL = {"quack"}  # a peer only where asked for (make bench QUACK=1)
-PATHS = {"fused", "whole rows", "tiles", "lagged tiles"}
+PATHS = {"fused", "whole rows", "few rows", "tiles", "lagged tiles"}
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)

@@ -25,6 +25,7 @@ from test_softmax import DTYPES, Recorder, assert_close, check, gpu, randn
 import triton
 import triton.language as tl
 
+import few_rows
 import long_rows as lr
 
 VOCABS = (32000, 50257, 128256, 151936, 256000)
@@ -53,7 +54,7 @@ def on_a_gpu(monkeypatch, sms, tile_bytes=None, **kernels):
     if tile_bytes:
         monkeypatch.setattr(lr, "TILE_BYTES", tile_bytes)
     planned = lr.plan.__wrapped__  # for device 0, whatever the tensor's
-    monkeypatch.setattr(lr, "plan", lambda *args: planned(*args[:4], 0))
+    monkeypatch.setattr(lr, "plan", lambda *args: planned(*args[:4], 0, *args[5:]))
     for name, kernel in kernels.items():
         monkeypatch.setattr(lr, name, kernel)
 
@@ -400,6 +401,54 @@ def test_small_batches_of_logits_take_tiles_by_program_id(monkeypatch, cols, ite
     assert p.tiles >= lr.LINE_SLOTS.value  # a row's slots on a line of their own
 
 
+@pytest.mark.parametrize(
+    "rows, cols, itemsize, aligned_rows, peeled, major, few",
+    [
+        (1, 151936, 2, True, False, 9, True),  # a lone row on an H100
+        (16, 128256, 2, True, False, 9, True),
+        (16, 151936, 4, True, False, 9, True),  # 9.7 MB: a quarter of a 50 MB L2 holds it
+        (16, 256000, 4, True, False, 9, False),  # 16.4 MB: its second read would miss
+        (17, 32000, 2, True, False, 9, False),  # more than FEW_ROWS
+        (1, 151936, 2, True, True, 9, False),  # peeled: the held kernel peels, these do not
+        (1, 151936, 2, False, False, 9, False),  # an element at a time
+        (1, 151936, 2, True, False, 8, False),  # no PDL before Hopper
+        (1, 2000 * 8192, 4, True, False, 9, False),  # more tiles than SMs: lagged
+    ],
+)
+def test_a_few_rows_take_two_launches_where_the_gpu_has_pdl(
+    monkeypatch, rows, cols, itemsize, aligned_rows, peeled, major, few
+):
+    gpu(monkeypatch, sms=132, major=major)
+    p = lr.plan(rows, cols, itemsize, aligned_rows, 0, peeled)
+    assert (p.kernel is few_rows.softmax_partials_kernel) == few
+    if few:  # the tiles, warps and grid the held kernel would have had
+        monkeypatch.setattr(lr, "FEW_ROWS", 0)
+        held_ = lr.plan.__wrapped__(rows, cols, itemsize, True, 0)
+        assert held_.kernel is lr.softmax_long_rows_kernel
+        assert (p.block_n, p.num_warps, p.grid) == (held_.block_n, held_.num_warps, held_.grid)
+
+
+def test_amd_takes_no_two_launches(monkeypatch):
+    monkeypatch.setattr(lr, "AMD", True)
+    gpu(monkeypatch, sms=304, warp_size=64, major=9)  # an MI300X: gfx942 reads as major 9
+    assert lr.plan(1, 151936, 2, True, 0).kernel is lr.softmax_long_rows_kernel
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["eager", "op"])
+def test_a_few_rows_launch_through_few_rows(monkeypatch, wrapped):
+    launches = []
+    gpu(monkeypatch, sms=132, major=9)
+    planned = lr.plan.__wrapped__
+    monkeypatch.setattr(lr, "plan", lambda *args: planned(*args[:4], 0, *args[5:]))
+    monkeypatch.setattr(few_rows, "launch", lambda *args: launches.append(args))
+    wrap = (lambda kernel: kernel) if wrapped else None
+    x, out = randn(2, 50000, torch.bfloat16), torch.empty(2, 50000, dtype=torch.bfloat16)
+    lr.launch(x, out, wrap)
+    ((rows, into, block_n, num_warps, pdl, wrapper),) = launches
+    assert rows is x and into is out and (block_n, num_warps) == (8192, 4)
+    assert pdl and wrapper is wrap  # few_rows.launch drops PDL where wrapped
+
+
 def test_an_mps_share_takes_tickets_sooner(monkeypatch):
     # 16 rows of 8 half tiles: 128 programs, on all 132 SMs by program id; by ticket
     # on half of them.
@@ -568,18 +617,38 @@ HELD_ARGS = dict(
     PEELED=False,
     TICKET=True,
 )
+PARTIALS_ARGS = dict(
+    part_ptr="*fp32",
+    in_ptr="*{}",
+    n_rows="i32",
+    n_cols="i32",
+    in_row_stride="i32",
+    in_col_stride=1,
+    n_tiles="i32",
+    BLOCK_N=8192,
+    PDL=True,
+)
+MERGE_ARGS = dict(PARTIALS_ARGS, out_ptr="*{}", TILES=16)
+KERNEL_ARGS = {
+    "held": (lr.softmax_long_rows_kernel, HELD_ARGS),
+    "partials": (few_rows.softmax_partials_kernel, PARTIALS_ARGS),
+    "merge": (few_rows.softmax_merge_kernel, MERGE_ARGS),
+}
 # Arguments Triton would specialise on 16 (pointers to 16 bytes, integers of multiples
 # of 16): rows of 50257 columns, contiguous (out_row_shift and lead 0) or 50264 apart.
 CONTIGUOUS = ["out_ptr", "in_ptr", "slot_ptr", "lead", "out_row_shift"]
 PADDED = ["out_ptr", "in_ptr", "slot_ptr", "lead", "in_row_stride"]
-# A job: whose kernel ("held": long_rows.py's, "test": this file's), the target, the
-# dtype, constexprs beyond HELD_ARGS', the arguments Triton specialises on 16, the warps.
+# A job: whose kernel (KERNEL_ARGS', or "test": this file's), the target, the dtype,
+# constexprs beyond its arguments', the arguments Triton specialises on 16, the warps.
 JOBS = {
     "peeled bf16": ("held", SM90, "bf16", dict(BLOCK_N=16384, PEELED=True), CONTIGUOUS, 8),
     "peeled fp32": ("held", SM90, "fp32", dict(BLOCK_N=8192, PEELED=True), CONTIGUOUS, 4),
     "peeled padded": ("held", SM90, "bf16", dict(BLOCK_N=16384, PEELED=True), PADDED, 8),
     "held fp32 gfx942": ("held", GFX942, "fp32", dict(BLOCK_N=8192), CONTIGUOUS, 2),
     "unpeeled bf16": ("held", SM90, "bf16", dict(BLOCK_N=8192, ALIGNED=False), ["out_ptr"], 4),
+    "partials bf16": ("partials", SM90, "bf16", {}, ["in_ptr", "n_cols", "in_row_stride"], 4),
+    "merge bf16": ("merge", SM90, "bf16", {}, ["out_ptr", "in_ptr", "n_cols", "in_row_stride"], 4),
+    "merge fp32 gfx942": ("merge", GFX942, "fp32", dict(PDL=False), ["out_ptr", "in_ptr"], 2),
     "wait_atomic": ("test", GFX942, "", {}, [], 1),
     "wait_volatile": ("test", GFX942, "", {}, [], 1),
 }
@@ -607,8 +676,8 @@ def compile_jobs() -> None:
         if target in cannot:
             found[name] = cannot[target]
             continue
-        kernel = globals()[name] if where == "test" else lr.softmax_long_rows_kernel
-        args = dict(WAIT_ARGS if where == "test" else HELD_ARGS)
+        kernel, args = (globals()[name], WAIT_ARGS) if where == "test" else KERNEL_ARGS[where]
+        args = dict(args)
         args.update(constants)
         signature = {
             a: args[a].format(dtype) if isinstance(args[a], str) else "constexpr"
@@ -673,6 +742,19 @@ def test_peeled_rows_load_16_bytes_at_a_time_for_sm90(isa):
     assert count(padded, STORE_HALF) == 64 + 1
 
 
+def test_the_merge_loads_its_tile_before_it_waits_for_the_partials_on_sm90(isa):
+    # PDL: each partials program lets the merge launch at once, and the merge loads its
+    # tile (bf16, 8192 columns on 4 warps: 8 loads of 16 bytes a thread) before
+    # griddepcontrol.wait, which returns once the partials have finished.
+    partials, merge = assembly(isa, "partials bf16"), assembly(isa, "merge bf16")
+    assert count(partials, r"griddepcontrol\.launch_dependents") == 1
+    assert count(partials, LOAD_16_BYTES) == 8
+    assert count(merge, r"griddepcontrol\.wait") == 1
+    wait = merge.index("griddepcontrol.wait")
+    assert count(merge[:wait], LOAD_16_BYTES) == 8 and count(merge[wait:], STORE_16_BYTES) == 8
+    assert "griddepcontrol" not in assembly(isa, "merge fp32 gfx942")  # AMD: stream order
+
+
 def loops_read(asm: str) -> list[bool]:
     """For each loop of AMDGCN assembly, whether it reads memory inside it. LLVM marks a
     loop's header block '=>This (Inner) Loop Header' and each other block of it 'in Loop:
@@ -700,7 +782,16 @@ def test_the_wait_reads_its_slots_inside_its_loop_on_amd(isa):
 
 
 def gpu_plan(x):
-    return lr.plan(*x.shape, x.element_size(), vectors(x), x.device.index)
+    peeled = not lr.aligned(x) and lr.peel(x) is not None
+    return lr.plan(*x.shape, x.element_size(), vectors(x), x.device.index, peeled)
+
+
+def few(x):
+    """Whether x's rows are few enough for few_rows.py's launches on this GPU: FEW_ROWS
+    aligned rows or fewer, in a quarter of the L2, on an NVIDIA GPU with PDL."""
+    props = torch.cuda.get_device_properties(0)
+    fits = x.numel() * x.element_size() <= props.L2_cache_size // lr.L2_SHARE
+    return not lr.AMD and props.major >= 9 and lr.aligned(x) and len(x) <= lr.FEW_ROWS and fits
 
 
 def n_sms():
@@ -732,8 +823,8 @@ def test_gpu_peeled_rows(dtype, cols, rows):
 def test_gpu_small_batches_by_program_id(dtype, cols, rows):
     x = randn(rows, cols, dtype, scale=10)
     p = gpu_plan(x)
-    assert p.kernel is lr.softmax_long_rows_kernel
-    assert p.ticket == (rows * p.n_tiles > lr.usable_sms(n_sms()))
+    assert p.kernel is (few_rows.softmax_partials_kernel if few(x) else lr.softmax_long_rows_kernel)
+    assert few(x) or p.ticket == (rows * p.n_tiles > lr.usable_sms(n_sms()))
     check(x, lr.softmax)
 
 
@@ -766,9 +857,8 @@ def test_gpu_long_rows(dtype, tiles, aligned):
     assert vectors(x) == aligned
     p = gpu_plan(x)
     holds = tiles <= n_sms()
-    assert p.kernel is (
-        lr.softmax_long_rows_kernel if holds else lr.softmax_long_rows_lagged_kernel
-    )
+    held_ = few_rows.softmax_partials_kernel if few(x) else lr.softmax_long_rows_kernel
+    assert p.kernel is (held_ if holds else lr.softmax_long_rows_lagged_kernel)
     x[1, :] = -float("inf")
     x[2, : tile + 7] = -float("inf")  # a whole tile of -inf: it adds nothing
     y = check(x, lr.softmax)
@@ -778,7 +868,9 @@ def test_gpu_long_rows(dtype, tiles, aligned):
 def path_inputs(dtype):
     """An input for each path on this GPU: (name, x, kernel, ticket)."""
     tile, held_, sms = lr.TILE_BYTES // dtype.itemsize, lr.softmax_long_rows_kernel, n_sms()
-    yield "held, program id", randn(2, 4 * tile, dtype), held_, False
+    if few(x := randn(2, 4 * tile, dtype)):
+        yield "few rows", x, few_rows.softmax_partials_kernel, True
+    yield "held, program id", randn(lr.FEW_ROWS + 1, 4 * tile, dtype), held_, False
     yield "held, ticket", randn(64, 16 * tile, dtype), held_, True
     yield "peeled", randn(3, 50257, dtype), held_, False
     yield "lagged", randn(4, (sms + 1) * tile, dtype), lr.softmax_long_rows_lagged_kernel, True

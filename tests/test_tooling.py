@@ -30,7 +30,7 @@ TOOLING = [
     "Dockerfile",
     ".ci/run",
 ]
-EXAMPLE = re.compile(r"\bsoftmax\.py\b|\blong_rows\b|^\s*(import|from)\s+softmax\b", re.M)
+EXAMPLE = re.compile(r"\bsoftmax\.py\b|\b(long|few)_rows\b|^\s*(import|from)\s+softmax\b", re.M)
 LISTED = example_files()
 
 
@@ -48,11 +48,13 @@ def test_the_tooling_tests_neither_import_nor_run_the_example():
         if str(path.relative_to(ROOT)) in example:
             continue
         text = path.read_text()
-        assert not re.search(r"^\s*(import|from)\s+(softmax|long_rows)\b", text, re.M), path
-        # Captures' frames name softmax.py as data; a command would name it alone.
-        assert not re.search(r"""["'](\./)?(softmax|long_rows)\.py["']|SCRIPT=softmax""", text), (
+        assert not re.search(r"^\s*(import|from)\s+(softmax|long_rows|few_rows)\b", text, re.M), (
             path
         )
+        # Captures' frames name softmax.py as data; a command would name it alone.
+        assert not re.search(
+            r"""["'](\./)?(softmax|(long|few)_rows)\.py["']|SCRIPT=softmax""", text
+        ), path
 
 
 def test_the_example_list_is_what_the_readme_quotes_and_all_of_it_or_none_is_here():
