@@ -102,6 +102,24 @@ def measure(dtype: torch.dtype, rows: int, cols: int, pick: Callable = candidate
     }
 
 
+def save(points: list, out: str, name: str) -> None:
+    """points, with the device and versions they were measured on, in out/<device>-name.json."""
+    device = torch.cuda.get_device_name()
+    record = {
+        "device": device,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "rounds": ROUNDS,
+        "method": "CUDA-graph replay (do_bench_cudagraph), candidates interleaved in each round, "
+        "order turned round in alternate rounds; medians, [min, max] over rounds",
+        "points": points,
+    }
+    path = Path(out) / f"{report.slug(device)}-{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"{Path(sys.argv[0]).stem}: wrote {path}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ab"))
@@ -116,20 +134,7 @@ def main() -> int:
             print(json.dumps(points[-1]), flush=True)
     wrong = [p for p in points for e in p["max_abs_err"].values()
              if isinstance(e, float) and e > sm.TOLERANCE[getattr(torch, p["dtype"])]]  # fmt: skip
-    device = torch.cuda.get_device_name()
-    record = {
-        "device": device,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "rounds": ROUNDS,
-        "method": "CUDA-graph replay (do_bench_cudagraph), candidates interleaved in each round, "
-        "order turned round in alternate rounds; medians, [min, max] over rounds",
-        "points": points,
-    }
-    path = Path(args.out) / f"{report.slug(device)}-lone-row.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"lone_row: wrote {path}")
+    save(points, args.out, "lone-row")
     return 1 if wrong else 0
 
 

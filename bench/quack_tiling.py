@@ -18,7 +18,6 @@ Timed as bench/lone_row.py times, by CUDA-graph replay in interleaved rounds. Wr
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import lone_row  # first: it puts the repository on sys.path and imports softmax.py
 
@@ -27,7 +26,6 @@ import torch
 import triton
 
 import long_rows
-import report
 import softmax as sm
 import sweep
 
@@ -63,13 +61,7 @@ def main() -> int:
         print(json.dumps(points[-1]), flush=True)
     wrong = [p for p in points for e in p["max_abs_err"].values()
              if isinstance(e, float) and e > sm.TOLERANCE[torch.bfloat16]]  # fmt: skip
-    device = torch.cuda.get_device_name()
-    record = {"device": device, "torch": torch.__version__, "triton": triton.__version__,
-              "rounds": lone_row.ROUNDS, "points": points}  # fmt: skip
-    path = Path(args.out) / f"{report.slug(device)}-quack-tiling.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"quack_tiling: wrote {path}")
+    lone_row.save(points, args.out, "quack-tiling")
     return 1 if wrong else 0
 
 

@@ -142,7 +142,8 @@ echo "A/A of ${*: -1}" >"$out/ab/run/compare.md" && echo {} >"$out/ab/run/compar
 """
 
 
-def test_gpu_sh_ci_times_an_a_a_make_ab_of_the_example_and_of_the_workload(tmp_path):
+def gpu_sh(tmp_path, step):
+    """bench/gpu.sh STEP through FAKE_MAKE, which logs into tmp_path/make.log."""
     (bin_ := tmp_path / "bin").mkdir()
     (bin_ / "make").write_text(FAKE_MAKE)
     (bin_ / "make").chmod(0o755)
@@ -152,7 +153,11 @@ def test_gpu_sh_ci_times_an_a_a_make_ab_of_the_example_and_of_the_workload(tmp_p
         "OUT": str(tmp_path / "out"),
         "PARTS": str(tmp_path / "parts"),
     }
-    p = run(ROOT / "bench" / "gpu.sh", "ci", env=env)
+    return run(ROOT / "bench" / "gpu.sh", step, env=env)
+
+
+def test_gpu_sh_ci_times_an_a_a_make_ab_of_the_example_and_of_the_workload(tmp_path):
+    p = gpu_sh(tmp_path, "ci")
     assert p.returncode == 0, p.stdout + p.stderr
     asked = (tmp_path / "make.log").read_text().splitlines()
     assert asked == [
@@ -170,16 +175,7 @@ def test_gpu_sh_ci_times_an_a_a_make_ab_of_the_example_and_of_the_workload(tmp_p
 
 
 def test_gpu_sh_targets_runs_the_readmes_targets_each_into_a_folder_of_its_own(tmp_path):
-    (bin_ := tmp_path / "bin").mkdir()
-    (bin_ / "make").write_text(FAKE_MAKE)
-    (bin_ / "make").chmod(0o755)
-    env = {
-        "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}",
-        "MAKE_LOG": str(tmp_path / "make.log"),
-        "OUT": str(tmp_path / "out"),
-        "PARTS": str(tmp_path / "parts"),
-    }
-    p = run(ROOT / "bench" / "gpu.sh", "targets", env=env)
+    p = gpu_sh(tmp_path, "targets")
     assert p.returncode == 0, p.stdout + p.stderr
     results = f"{tmp_path}/parts/targets"
     assert (tmp_path / "make.log").read_text().splitlines() == [
