@@ -37,7 +37,7 @@ LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 
 def partials_launch_metadata(grid: tuple, metadata: object, args: dict) -> dict:
     """launch_metadata's record, half the bytes: the partials read the input, the merge
-    writes the output (its second read of the input hits the L2)."""
+    writes the output (its second read of the input hits the L2 where the rows fit it)."""
     record = launch_metadata(grid, metadata, args)
     return {**record, "bytes": record["bytes"] // 2}
 
@@ -55,7 +55,7 @@ def softmax_partials_kernel(
     PDL: tl.constexpr,
 ):
     # Program k reduces tile k % n_tiles of row k // n_tiles to its max and sum, written
-    # unconditionally: nothing to zero, nothing to wait on.
+    # unconditionally: nothing to zero, nothing to wait on. n_rows is for launch_metadata.
     if PDL:
         gdc_launch_dependents()  # the merge may launch now: it waits before it reads these
     k = tl.program_id(0)
@@ -90,6 +90,7 @@ def softmax_merge_kernel(
     # Program k loads its tile again, merges its row's partials (the online softmax
     # merge), and writes the tile. Launched with PDL, it loads while the partials still
     # run, and gdc_wait returns once they have all finished and their stores are seen.
+    # tl.exp, not exp2, as in the held kernel's store and as measured (bench/lone_row.py).
     k = tl.program_id(0)
     row = (k // n_tiles).to(tl.int64)
     cols = k % n_tiles * BLOCK_N + tl.arange(0, BLOCK_N)

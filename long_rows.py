@@ -6,7 +6,7 @@ A row longer than softmax.py's MAX_FUSED_COLS is a split-row reduction across pr
 as split-K splits a matrix product's reduction: each program reduces one tile of the row
 to its max m_t and its sum of exponentials s_t, and the row's max M and sum
 S = sum_t s_t * exp(m_t - M) follow from those partials alone: the online softmax merge
-(Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018). Three kernels
+(Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018). Three paths
 merge them, none able to deadlock (docs/kernel.md says why each is fast):
 
 - softmax_long_rows_kernel, where the GPU holds a row's tiles at once: each program keeps
@@ -14,7 +14,7 @@ merge them, none able to deadlock (docs/kernel.md says why each is fast):
   writes it: read once. Programs take their tile by atomic ticket, in the order they
   start, as in decoupled look-back (Merrill & Garland, 2016) and Stream-K (Osama et al.,
   2023), or by program id where the GPU holds every program of the launch at once.
-- softmax_partials_kernel, then softmax_merge_kernel, for a few rows that fit the L2 on
+- few_rows.py's partials kernel, then its merge kernel, for a few rows that fit the L2 on
   NVIDIA GPUs with programmatic dependent launch (PDL): no slots to zero and no wait in
   a kernel; the merge launches while the partials run, as FlashInfer merges attention
   states, and reads its tile again from L2.
@@ -32,8 +32,8 @@ import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
-# softmax.py first (few_rows.py imports it first): it picks Triton's interpreter where
-# there is no GPU, before Triton loads.
+# few_rows.py imports softmax.py first, which picks Triton's interpreter where there is no
+# GPU, before Triton loads.
 import few_rows
 import softmax as fused
 from softmax import launch_metadata, scope
@@ -376,16 +376,16 @@ def plan(
     peeled: bool = False,
 ) -> Plan:
     """The Plan for rows of n_cols itemsize-byte elements that load 16 bytes at a time
-    (aligned_rows: aligned() or peeled: peeled()) or not, on a GPU (device: its index) or
-    in the interpreter (device: None). Float32 rows of up to WHOLE_ROW_COLS columns are held
-    whole, a row a program, where there are WHOLE_ROWS_PER_SM for each SM. Longer rows are
-    held where the SMs this process may use hold every tile of a row at once (one program
-    per SM always fits), taken by program id where they hold every tile of every row;
-    the interpreter runs one program at a time, so it never holds a tile (a whole row
-    waits for nothing). That assumes no other kernel fills the SMs meanwhile: held
-    launches on several streams at once can wait on each other's programs. FEW_ROWS
-    aligned, not peeled, rows that would be held take few_rows.py's launches instead."""
-    n_sms, warp_size, few_bytes = 0, 32, -1
+    (aligned_rows: aligned(), or peeled where peel() finds a lead) or not, on a GPU
+    (device: its index) or in the interpreter (device: None). Float32 rows of up to
+    WHOLE_ROW_COLS columns are held whole, a row a program, where there are
+    WHOLE_ROWS_PER_SM for each SM. Longer rows are held where the SMs this process may use
+    hold every tile of a row at once (one program per SM always fits), taken by program id
+    where they hold every tile of every row; the interpreter runs one program at a time,
+    so it never holds a tile (a whole row waits for nothing). That assumes no other kernel
+    fills the SMs meanwhile: held launches on several streams can wait on each other's
+    programs. Held rows take few_rows.py's launches where FEW_ROWS's comment says."""
+    n_sms, warp_size, few_bytes = 0, 32, -1  # few_bytes: no rows take few_rows.py's path
     if device is not None:
         props = torch.cuda.get_device_properties(device)
         n_sms, warp_size = usable_sms(props.multi_processor_count), props.warp_size
@@ -426,6 +426,9 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
     lead = None if is_aligned else peel(rows)
     vectors = is_aligned or lead is not None
     p = plan(n_rows, n_cols, rows.element_size(), vectors, rows.device.index, lead is not None)
+    if p.kernel is few_rows.softmax_partials_kernel:  # where plan() took it, the GPU has PDL
+        few_rows.launch(rows, out, p.block_n, p.num_warps, True, wrap)
+        return
     kernel = p.kernel if wrap is None else wrap(p.kernel)
     args = dict(
         out_ptr=out,
@@ -439,9 +442,6 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
     )
     if p.kernel is fused.softmax_kernel:
         kernel[p.grid](**args, BLOCK_M=1)
-        return
-    if p.kernel is few_rows.softmax_partials_kernel:  # PDL: the plan took it only where it is
-        few_rows.launch(rows, out, p.block_n, p.num_warps, True, wrap)
         return
     args.update(n_tiles=p.n_tiles, TILES=p.tiles)
     if p.lag:

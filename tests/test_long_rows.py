@@ -752,6 +752,7 @@ def test_the_merge_loads_its_tile_before_it_waits_for_the_partials_on_sm90(isa):
     assert count(merge, r"griddepcontrol\.wait") == 1
     wait = merge.index("griddepcontrol.wait")
     assert count(merge[:wait], LOAD_16_BYTES) == 8 and count(merge[wait:], STORE_16_BYTES) == 8
+    assert count(merge[:wait], r"\bld\.global") == 8  # the partials only after the wait
     assert "griddepcontrol" not in assembly(isa, "merge fp32 gfx942")  # AMD: stream order
 
 
@@ -820,7 +821,7 @@ def test_gpu_peeled_rows(dtype, cols, rows):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("cols", VOCABS)
 @pytest.mark.parametrize("rows", [1, 2, 16])
-def test_gpu_small_batches_by_program_id(dtype, cols, rows):
+def test_gpu_small_batches_of_logits(dtype, cols, rows):
     x = randn(rows, cols, dtype, scale=10)
     p = gpu_plan(x)
     assert p.kernel is (few_rows.softmax_partials_kernel if few(x) else lr.softmax_long_rows_kernel)

@@ -14,6 +14,7 @@ import sys
 import pytest
 import torch
 
+import few_rows
 import long_rows as lr
 import softmax as sm
 import softmax_op
@@ -132,7 +133,7 @@ def test_the_op_is_registered_with_its_backward():
 
 def copied_kernels() -> None:
     """In a process of its own (see `copies`): the source torch.compile writes for each
-    kernel of softmax.py, long_rows.py and softmax_op.py, the functions it calls
+    kernel of softmax.py, long_rows.py, few_rows.py and softmax_op.py, the functions it calls
     included, printed as JSON."""
     import triton
     from torch._inductor.codegen.wrapper import (
@@ -140,7 +141,7 @@ def copied_kernels() -> None:
     )
 
     found = {}
-    for module in (sm, lr, softmax_op):
+    for module in (sm, lr, few_rows, softmax_op):
         for name, value in vars(module).items():
             if isinstance(value, triton.JITFunction) and value.fn.__module__ == module.__name__:
                 found[name] = copy(value)
@@ -185,6 +186,7 @@ def test_torch_compile_s_copy_of_each_kernel_names_only_what_it_defines(copies):
     """torch.compile compiles its own copy of a kernel launched through wrap_triton: a
     name the copy lacks (a module such as triton.profiler.language) stops compilation."""
     assert {"softmax_kernel", "softmax_backward_kernel", "scope"} <= copies.keys()
+    assert {"softmax_partials_kernel", "softmax_merge_kernel"} <= copies.keys()
     missing = {name: unbound(source) for name, source in copies.items()}
     assert {name: names for name, names in missing.items() if names} == {}
 
