@@ -59,12 +59,12 @@ HALF_TILE_REGS = 48
 # Lagged tiles: a program writes the tile a row plus LAG_PER_SM tickets per SM below
 # its own: late enough for that row to be reduced, soon enough to read it again from L2.
 LAG_PER_SM = 2
-# At most FEW_ROWS aligned rows whose bytes fit 1/L2_SHARE of the L2, on a GPU with PDL,
-# take few_rows.py's two launches instead of the held kernel: on an H100, 1.05-1.28x
-# faster at 1 and 16 rows of 32000-151936 columns; 0.68-0.71x at 256 rows, whose second
-# read misses the L2 (bench/lone_row.py).
+# At most FEW_ROWS aligned rows of FEW_ELEMENTS in all, on a GPU with PDL, take
+# few_rows.py's two launches instead of the held kernel: on an H100, 1.07-1.29x faster at
+# 1 and 16 rows of 32000 to 151936 columns and 1 of 256000, in bf16 and fp32; 0.95x at
+# 16 x 256000 bf16 and 0.69-0.72x at 256 rows (bench/results/ab/*-lone-row.json).
 FEW_ROWS = 16
-L2_SHARE = 4
+FEW_ELEMENTS = 3 * 2**20
 MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
 # Held rows' slots, 16 int64s to 128 bytes: each row's on lines of its own, as the lagged
 # kernel's counters (that spacing measured faster on the H200), and the ticket on the
@@ -385,12 +385,11 @@ def plan(
     so it never holds a tile (a whole row waits for nothing). That assumes no other kernel
     fills the SMs meanwhile: held launches on several streams can wait on each other's
     programs. Held rows take few_rows.py's launches where FEW_ROWS's comment says."""
-    n_sms, warp_size, few_bytes = 0, 32, -1  # few_bytes: no rows take few_rows.py's path
+    n_sms, warp_size, pdl = 0, 32, False
     if device is not None:
         props = torch.cuda.get_device_properties(device)
         n_sms, warp_size = usable_sms(props.multi_processor_count), props.warp_size
-        if not AMD and props.major >= 9:  # programmatic dependent launch: Hopper and later
-            few_bytes = props.L2_cache_size // L2_SHARE
+        pdl = not AMD and props.major >= 9  # programmatic dependent launch: Hopper on
     if itemsize == 4 and n_cols <= WHOLE_ROW_COLS and n_rows >= WHOLE_ROWS_PER_SM * n_sms:
         block_n = triton.next_power_of_2(n_cols)
         return Plan(fused.softmax_kernel, block_n, WHOLE_ROW_WARPS, (n_rows,), 1, 1, ticket=False)
@@ -402,8 +401,8 @@ def plan(
     n_tiles = triton.cdiv(n_cols, tile)
     tiles = triton.next_power_of_2(min(n_tiles, MERGE_TILES))
     if n_tiles <= min(n_sms, MERGE_TILES):
-        few = n_rows <= FEW_ROWS and n_rows * n_cols * itemsize <= few_bytes
-        if few and aligned_rows and not peeled:
+        few = n_rows <= FEW_ROWS and n_rows * n_cols <= FEW_ELEMENTS
+        if pdl and few and aligned_rows and not peeled:
             grid = (n_rows * n_tiles,)
             return Plan(few_rows.softmax_partials_kernel, tile, num_warps, grid, n_tiles, tiles)
         regs = HALF_TILE_REGS if aligned_rows and itemsize == 2 and not AMD else 0

@@ -4,8 +4,8 @@ programmatic dependent launch (PDL), and QuACK where installed, on a GPU.
 
     python bench/lone_row.py [--out bench/results/ab]
 
-long_rows.py takes few_rows.py's launches for FEW_ROWS rows or fewer that fit a share of
-the L2, on GPUs with PDL; the held kernel is what it launches for more rows, timed here by
+long_rows.py takes few_rows.py's launches for FEW_ROWS rows or fewer of FEW_ELEMENTS in
+all, on GPUs with PDL; the held kernel is what it launches for more rows, timed here by
 planning with FEW_ROWS at 0. 256 rows show what the plan keeps them from.
 
 Every candidate is timed by CUDA-graph replay (do_bench_cudagraph), interleaved in each

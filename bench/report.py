@@ -149,7 +149,10 @@ def logits_part(results, stem):
     return f"""
 Logits, tokens x vocabulary, from decoding (1 and 16 rows, where loop time shows the
 host's cost) to prefill and training; "vs QuACK" is QuACK's device time over softmax.py's
-(above 1: softmax.py faster), where QuACK ran and was right:
+(above 1: softmax.py faster), where QuACK ran and was right. The path is long_rows.py's
+plan as the run made it: "few rows" is few_rows.py's two launches, "tiles" the held
+kernel (a run that names no "few rows" predates few_rows.py, which docs/kernel.md times
+against it at 1 and 16 rows):
 
 {logits_table(results)}
 ![logits]({stem}-logits.png)

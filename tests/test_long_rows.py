@@ -406,8 +406,9 @@ def test_small_batches_of_logits_take_tiles_by_program_id(monkeypatch, cols, ite
     [
         (1, 151936, 2, True, False, 9, True),  # a lone row on an H100
         (16, 128256, 2, True, False, 9, True),
-        (16, 151936, 4, True, False, 9, True),  # 9.7 MB: a quarter of a 50 MB L2 holds it
-        (16, 256000, 4, True, False, 9, False),  # 16.4 MB: its second read would miss
+        (16, 151936, 4, True, False, 9, True),  # 2.4 M elements
+        (16, 256000, 2, True, False, 9, False),  # 4.1 M: measured slower in two launches
+        (1, 2**20, 2, True, False, 9, True),  # 128 tiles of 8192 columns, one an SM
         (17, 32000, 2, True, False, 9, False),  # more than FEW_ROWS
         (1, 151936, 2, True, True, 9, False),  # peeled: the held kernel peels, these do not
         (1, 151936, 2, False, False, 9, False),  # an element at a time
@@ -789,10 +790,9 @@ def gpu_plan(x):
 
 def few(x):
     """Whether x's rows are few enough for few_rows.py's launches on this GPU: FEW_ROWS
-    aligned rows or fewer, in a quarter of the L2, on an NVIDIA GPU with PDL."""
-    props = torch.cuda.get_device_properties(0)
-    fits = x.numel() * x.element_size() <= props.L2_cache_size // lr.L2_SHARE
-    return not lr.AMD and props.major >= 9 and lr.aligned(x) and len(x) <= lr.FEW_ROWS and fits
+    aligned rows or fewer of FEW_ELEMENTS in all, on an NVIDIA GPU with PDL."""
+    pdl = not lr.AMD and torch.cuda.get_device_properties(0).major >= 9
+    return pdl and lr.aligned(x) and len(x) <= lr.FEW_ROWS and x.numel() <= lr.FEW_ELEMENTS
 
 
 def n_sms():

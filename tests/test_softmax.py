@@ -177,12 +177,10 @@ class Recorder:
         return launch
 
 
-def gpu(monkeypatch, sms, warp_size=32, major=8, l2_bytes=50 * 2**20):
-    """torch.cuda.get_device_properties of a GPU of `sms` SMs, compute capability `major`
-    (8: no PDL) and an L2 of l2_bytes; the plans made anew."""
-    props = SimpleNamespace(
-        multi_processor_count=sms, warp_size=warp_size, major=major, L2_cache_size=l2_bytes
-    )
+def gpu(monkeypatch, sms, warp_size=32, major=8):
+    """torch.cuda.get_device_properties of a GPU of `sms` SMs and compute capability
+    `major` (8: no PDL); the plans made anew."""
+    props = SimpleNamespace(multi_processor_count=sms, warp_size=warp_size, major=major)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
     sm.plan.cache_clear()
 
