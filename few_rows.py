@@ -113,10 +113,10 @@ def softmax_merge_kernel(
     scope("store", "")
 
 
-def has_pdl(device: torch.device) -> bool:
-    """Whether launches on device may overlap by PDL: an NVIDIA GPU from Hopper on."""
-    amd_or_cpu = torch.version.hip is not None or device.type != "cuda"
-    return not amd_or_cpu and torch.cuda.get_device_capability(device)[0] >= 9
+def has_pdl(props: object) -> bool:
+    """Whether launches on a GPU of these properties (torch.cuda.get_device_properties)
+    may overlap by PDL: an NVIDIA GPU from Hopper on (ROCm reports gfx9 as major 9)."""
+    return torch.version.hip is None and props.major >= 9
 
 
 def launch(
@@ -163,7 +163,8 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if out.numel():
         with fused.launching(x):
-            launch(fused.as_rows(x), out, BLOCK_N, NUM_WARPS, has_pdl(x.device))
+            pdl = x.is_cuda and has_pdl(torch.cuda.get_device_properties(x.device))
+            launch(fused.as_rows(x), out, BLOCK_N, NUM_WARPS, pdl)
     return out
 
 

@@ -389,7 +389,7 @@ def plan(
     if device is not None:
         props = torch.cuda.get_device_properties(device)
         n_sms, warp_size = usable_sms(props.multi_processor_count), props.warp_size
-        pdl = not AMD and props.major >= 9  # programmatic dependent launch: Hopper on
+        pdl = few_rows.has_pdl(props)
     if itemsize == 4 and n_cols <= WHOLE_ROW_COLS and n_rows >= WHOLE_ROWS_PER_SM * n_sms:
         block_n = triton.next_power_of_2(n_cols)
         return Plan(fused.softmax_kernel, block_n, WHOLE_ROW_WARPS, (n_rows,), 1, 1, ticket=False)
@@ -401,12 +401,11 @@ def plan(
     n_tiles = triton.cdiv(n_cols, tile)
     tiles = triton.next_power_of_2(min(n_tiles, MERGE_TILES))
     if n_tiles <= min(n_sms, MERGE_TILES):
+        grid = (n_rows * n_tiles,)
         few = n_rows <= FEW_ROWS and n_rows * n_cols <= FEW_ELEMENTS
         if pdl and few and aligned_rows and not peeled:
-            grid = (n_rows * n_tiles,)
             return Plan(few_rows.softmax_partials_kernel, tile, num_warps, grid, n_tiles, tiles)
         regs = HALF_TILE_REGS if aligned_rows and itemsize == 2 and not AMD else 0
-        grid = (n_rows * n_tiles,)
         ticket = n_rows * n_tiles > n_sms
         tiles = max(tiles, LINE_SLOTS.value)
         return Plan(

@@ -151,8 +151,8 @@ Logits, tokens x vocabulary, from decoding (1 and 16 rows, where loop time shows
 host's cost) to prefill and training; "vs QuACK" is QuACK's device time over softmax.py's
 (above 1: softmax.py faster), where QuACK ran and was right. The path is long_rows.py's
 plan as the run made it: "few rows" is few_rows.py's two launches, "tiles" the held
-kernel (a run that names no "few rows" predates few_rows.py, which docs/kernel.md times
-against it at 1 and 16 rows):
+kernel (on an NVIDIA GPU from Hopper on, a run with "tiles" at 1 and 16 rows of up to
+151936 columns predates few_rows.py, which docs/kernel.md times against it there):
 
 {logits_table(results)}
 ![logits]({stem}-logits.png)

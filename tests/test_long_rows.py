@@ -431,6 +431,7 @@ def test_a_few_rows_take_two_launches_where_the_gpu_has_pdl(
 
 def test_amd_takes_no_two_launches(monkeypatch):
     monkeypatch.setattr(lr, "AMD", True)
+    monkeypatch.setattr(torch.version, "hip", "7.0")
     gpu(monkeypatch, sms=304, warp_size=64, major=9)  # an MI300X: gfx942 reads as major 9
     assert lr.plan(1, 151936, 2, True, 0).kernel is lr.softmax_long_rows_kernel
 
@@ -791,7 +792,7 @@ def gpu_plan(x):
 def few(x):
     """Whether x's rows are few enough for few_rows.py's launches on this GPU: FEW_ROWS
     aligned rows or fewer of FEW_ELEMENTS in all, on an NVIDIA GPU with PDL."""
-    pdl = not lr.AMD and torch.cuda.get_device_properties(0).major >= 9
+    pdl = few_rows.has_pdl(torch.cuda.get_device_properties(0))
     return pdl and lr.aligned(x) and len(x) <= lr.FEW_ROWS and x.numel() <= lr.FEW_ELEMENTS
 
 
