@@ -203,8 +203,9 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     if (
         not INTERPRET  # which has no compiled kernel
         and type(x) is torch.Tensor  # no subclass
+        and x.layout == torch.strided  # dense: a sparse tensor has no is_contiguous()
         and not x.is_nested
-        and x.is_contiguous()  # its own rows, columns 1 apart; a sparse tensor is not
+        and x.is_contiguous()  # its own rows, columns 1 apart
         and not x.is_neg()
         and x.data_ptr() % 16 == 0  # as aligned as the tensors it was compiled for
         and x.get_device() == torch.cuda.current_device()

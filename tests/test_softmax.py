@@ -130,6 +130,15 @@ def test_empty_and_bad_inputs():
             sm.softmax(other)
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("layout", ["to_sparse", "to_sparse_csr", "to_sparse_csc"])
+def test_sparse_tensors_are_refused_where_a_gpu_would_take_the_compiled_launch(monkeypatch, layout):
+    # Compressed layouts have no is_contiguous(): the layout is asked first.
+    monkeypatch.setattr(sm, "INTERPRET", False)
+    with pytest.raises(ValueError, match="expects a dense torch.Tensor"):
+        sm.softmax(getattr(torch.zeros(2, 2), layout)())
+
+
 def test_concurrent_calls_all_get_their_own_result():
     # Threads calling softmax() at once: the interpreter patches triton.language while a
     # kernel runs, so interpreted launches take turns; on a GPU each is a launch.
