@@ -7,7 +7,7 @@ that have PDL (compute capability 9 and later).
 long_rows.py's held kernel zeroes each row's slots before it launches and waits on them
 with atomics inside the kernel: at a lone row, that memset and that wait, not the bytes,
 set its time. Here each program writes its tile's partial unconditionally, so nothing is
-zeroed and nothing waits inside a kernel, and a second launch merges a row's partials (the
+zeroed and no program spins on atomics, and a second launch merges a row's partials (the
 online softmax merge) and writes each tile, as FlashInfer merges attention states. With PDL
 (launch_pdl) the merge launches while the partials run, loads its tile, then waits in
 gdc_wait for them; its tile is read a second time, from the L2 where the rows fit it.
@@ -68,8 +68,9 @@ def softmax_partials_kernel(
     m = tl.max(x, axis=0)
     # A tile of -inf adds 0, not exp(-inf - -inf) = NaN; a NaN stays NaN.
     s = tl.sum(tl.exp2((x - tl.where(m == -float("inf"), 0.0, m)) * LOG2E), axis=0)
-    tl.store(part_ptr + 2 * k, m)
-    tl.store(part_ptr + 2 * k + 1, s)
+    part = part_ptr + 2 * k.to(tl.int64)  # 2 * k passes 2**31 from 2**30 tiles
+    tl.store(part, m)
+    tl.store(part + 1, s)
     scope("partials", "")
 
 
