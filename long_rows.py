@@ -15,8 +15,8 @@ merge them, none able to deadlock (docs/kernel.md says why each is fast):
   start, as in decoupled look-back (Merrill & Garland, 2016) and Stream-K (Osama et al.,
   2023), or by program id where the GPU holds every program of the launch at once.
 - few_rows.py's partials kernel, then its merge kernel, for a few rows that fit the L2 on
-  NVIDIA GPUs with programmatic dependent launch (PDL): no slots to zero and no wait in
-  a kernel; the merge launches while the partials run, as FlashInfer merges attention
+  NVIDIA GPUs with programmatic dependent launch (PDL): no slots to zero and no spin
+  on atomics; the merge launches while the partials run, as FlashInfer merges attention
   states, and reads its tile again from L2.
 - softmax_long_rows_lagged_kernel elsewhere (rows of more tiles than SMs, the
   interpreter): each program writes the tile reduced a fixed number of tickets earlier,
@@ -50,7 +50,8 @@ TILE_BYTES = 32768
 TILE_PER_THREAD = 64
 # A small batch of 16-bit rows, whose tiles would leave SMs idle, is cut into tiles of
 # SMALL_TILE_BYTES where every tile still has an SM: on an H100, a lone row of 32000 to
-# 256000 bf16 or fp16 columns 3-14% faster; float32 rows ran slower so, and keep theirs.
+# 256000 bf16 or fp16 columns 3-17% faster, the one size that gained at every length;
+# float32 rows gained at some lengths and lost at others, and keep theirs.
 SMALL_TILE_BYTES = 16384
 # Held 16-bit tiles loaded 16 bytes at a time, compiled for 48 registers per thread
 # (Triton's maxnreg, NVIDIA only): 5 programs of 8 warps fit an SM instead of 4, so more
@@ -59,10 +60,11 @@ HALF_TILE_REGS = 48
 # Lagged tiles: a program writes the tile a row plus LAG_PER_SM tickets per SM below
 # its own: late enough for that row to be reduced, soon enough to read it again from L2.
 LAG_PER_SM = 2
-# At most FEW_ROWS aligned rows of FEW_ELEMENTS in all, on a GPU with PDL, take
-# few_rows.py's two launches instead of the held kernel: on an H100, 1.07-1.29x faster at
-# 1 and 16 rows of 32000 to 151936 columns and 1 of 256000, in bf16 and fp32; 0.95x at
-# 16 x 256000 bf16 and 0.69-0.72x at 256 rows (bench/results/ab/*-lone-row.json).
+# At most FEW_ROWS rows of FEW_ELEMENTS in all that load 16 bytes at a time (aligned or
+# peeled), on a GPU with PDL, take few_rows.py's two launches instead of the held kernel:
+# on an H100, 1.07-1.29x faster at 1 and 16 rows of 32000 to 151936 columns (50257:
+# 1.10-1.28x) and 1 of 256000, in bf16 and fp32; 0.95x at 16 x 256000 bf16 and
+# 0.69-0.72x at 256 rows (bench/results/ab/*-lone-row.json).
 FEW_ROWS = 16
 FEW_ELEMENTS = 3 * 2**20
 MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
@@ -373,7 +375,6 @@ def plan(
     itemsize: int,
     aligned_rows: bool,
     device: int | None,
-    peeled: bool = False,
 ) -> Plan:
     """The Plan for rows of n_cols itemsize-byte elements that load 16 bytes at a time
     (aligned_rows: aligned(), or peeled where peel() finds a lead) or not, on a GPU
@@ -403,7 +404,7 @@ def plan(
     if n_tiles <= min(n_sms, MERGE_TILES):
         grid = (n_rows * n_tiles,)
         few = n_rows <= FEW_ROWS and n_rows * n_cols <= FEW_ELEMENTS
-        if pdl and few and aligned_rows and not peeled:
+        if pdl and few and aligned_rows:
             return Plan(few_rows.softmax_partials_kernel, tile, num_warps, grid, n_tiles, tiles)
         regs = HALF_TILE_REGS if aligned_rows and itemsize == 2 and not AMD else 0
         ticket = n_rows * n_tiles > n_sms
@@ -423,7 +424,7 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
     is_aligned = aligned(rows)
     lead = None if is_aligned else peel(rows)
     vectors = is_aligned or lead is not None
-    p = plan(n_rows, n_cols, rows.element_size(), vectors, rows.device.index, lead is not None)
+    p = plan(n_rows, n_cols, rows.element_size(), vectors, rows.device.index)
     if p.kernel is few_rows.softmax_partials_kernel:  # where plan() took it, the GPU has PDL
         few_rows.launch(rows, out, p.block_n, p.num_warps, True, wrap)
         return

@@ -144,9 +144,8 @@ def path(x):
     """The kernel softmax.py launches for x's rows."""
     if x.shape[-1] <= sm.MAX_FUSED_COLS:
         return "fused"
-    aligned = long_rows.aligned(x)
-    peeled = not aligned and long_rows.peel(x) is not None
-    plan = long_rows.plan(*x.shape, x.element_size(), aligned or peeled, x.device.index, peeled)
+    vectors = long_rows.aligned(x) or long_rows.peel(x) is not None
+    plan = long_rows.plan(*x.shape, x.element_size(), vectors, x.device.index)
     if plan.kernel is sm.softmax_kernel:
         return "whole rows"
     if plan.kernel is few_rows.softmax_partials_kernel:

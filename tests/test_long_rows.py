@@ -402,25 +402,25 @@ def test_small_batches_of_logits_take_tiles_by_program_id(monkeypatch, cols, ite
 
 
 @pytest.mark.parametrize(
-    "rows, cols, itemsize, aligned_rows, peeled, major, few",
+    "rows, cols, itemsize, aligned_rows, major, few",
     [
-        (1, 151936, 2, True, False, 9, True),  # a lone row on an H100
-        (16, 128256, 2, True, False, 9, True),
-        (16, 151936, 4, True, False, 9, True),  # 2.4 M elements
-        (16, 256000, 2, True, False, 9, False),  # 4.1 M: measured slower in two launches
-        (1, 2**20, 2, True, False, 9, True),  # 128 tiles of 8192 columns, one an SM
-        (17, 32000, 2, True, False, 9, False),  # more than FEW_ROWS
-        (1, 151936, 2, True, True, 9, False),  # peeled: the held kernel peels, these do not
-        (1, 151936, 2, False, False, 9, False),  # an element at a time
-        (1, 151936, 2, True, False, 8, False),  # no PDL before Hopper
-        (1, 2000 * 8192, 4, True, False, 9, False),  # more tiles than SMs: lagged
+        (1, 151936, 2, True, 9, True),  # a lone row on an H100
+        (16, 128256, 2, True, 9, True),
+        (16, 151936, 4, True, 9, True),  # 2.4 M elements
+        (16, 50257, 2, True, 9, True),  # peeled: measured faster in two launches too
+        (16, 256000, 2, True, 9, False),  # 4.1 M: measured slower in two launches
+        (1, 2**20, 2, True, 9, True),  # 128 tiles of 8192 columns, one an SM
+        (17, 32000, 2, True, 9, False),  # more than FEW_ROWS
+        (1, 151936, 2, False, 9, False),  # an element at a time
+        (1, 151936, 2, True, 8, False),  # no PDL before Hopper
+        (1, 2000 * 8192, 4, True, 9, False),  # more tiles than SMs: lagged
     ],
 )
 def test_a_few_rows_take_two_launches_where_the_gpu_has_pdl(
-    monkeypatch, rows, cols, itemsize, aligned_rows, peeled, major, few
+    monkeypatch, rows, cols, itemsize, aligned_rows, major, few
 ):
     gpu(monkeypatch, sms=132, major=major)
-    p = lr.plan(rows, cols, itemsize, aligned_rows, 0, peeled)
+    p = lr.plan(rows, cols, itemsize, aligned_rows, 0)
     assert (p.kernel is few_rows.softmax_partials_kernel) == few
     if few:  # the tiles, warps and grid the held kernel would have had
         monkeypatch.setattr(lr, "FEW_ROWS", 0)
@@ -785,15 +785,15 @@ def test_the_wait_reads_its_slots_inside_its_loop_on_amd(isa):
 
 
 def gpu_plan(x):
-    peeled = not lr.aligned(x) and lr.peel(x) is not None
-    return lr.plan(*x.shape, x.element_size(), vectors(x), x.device.index, peeled)
+    return lr.plan(*x.shape, x.element_size(), vectors(x), x.device.index)
 
 
 def few(x):
     """Whether x's rows are few enough for few_rows.py's launches on this GPU: FEW_ROWS
-    aligned rows or fewer of FEW_ELEMENTS in all, on an NVIDIA GPU with PDL."""
+    rows or fewer of FEW_ELEMENTS in all, loaded 16 bytes at a time, on an NVIDIA GPU with
+    PDL."""
     pdl = few_rows.has_pdl(torch.cuda.get_device_properties(0))
-    return pdl and lr.aligned(x) and len(x) <= lr.FEW_ROWS and x.numel() <= lr.FEW_ELEMENTS
+    return pdl and vectors(x) and len(x) <= lr.FEW_ROWS and x.numel() <= lr.FEW_ELEMENTS
 
 
 def n_sms():
@@ -808,7 +808,8 @@ def test_gpu_peeled_rows(dtype, cols, rows):
     x = randn(rows, cols, dtype, scale=10)
     assert not lr.aligned(x) and lr.peel(x) == 0
     whole = dtype == torch.float32 and cols <= lr.WHOLE_ROW_COLS and rows >= 8 * n_sms()
-    assert gpu_plan(x).kernel is (sm.softmax_kernel if whole else lr.softmax_long_rows_kernel)
+    tiles = few_rows.softmax_partials_kernel if few(x) else lr.softmax_long_rows_kernel
+    assert gpu_plan(x).kernel is (sm.softmax_kernel if whole else tiles)
     x[:, 0] = x[:, -1] = 100.0  # head and tail the largest
     if rows > 1:
         x[1, :] = -float("inf")  # a row of -inf: NaN, as torch gives
@@ -874,7 +875,7 @@ def path_inputs(dtype):
         yield "few rows", x, few_rows.softmax_partials_kernel, True
     yield "held, program id", randn(lr.FEW_ROWS + 1, 4 * tile, dtype), held_, False
     yield "held, ticket", randn(64, 16 * tile, dtype), held_, True
-    yield "peeled", randn(3, 50257, dtype), held_, False
+    yield "peeled", randn(lr.FEW_ROWS + 1, 50257, dtype), held_, False
     yield "lagged", randn(4, (sms + 1) * tile, dtype), lr.softmax_long_rows_lagged_kernel, True
     if dtype == torch.float32:
         yield "whole rows", randn(8 * sms, 20000, dtype), sm.softmax_kernel, False
