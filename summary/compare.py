@@ -308,7 +308,7 @@ def name_kernel_row(row: Row, before: tuple | None, after: tuple | None) -> Row:
     for key in ("name", "readable_name"):
         old, new = (side and getattr(side[0], key) for side in (before, after))
         if old is not None and new is not None and old != new:
-            shapes = (x[len(kernel_key(x)) :].strip(" []") for x in (old, new))
+            shapes = (x[len(kernel_key(x)) :].strip(" []") or "no shape" for x in (old, new))
             new = f"{kernel_key(new)} [{' -> '.join(shapes)}]"
         setattr(row, key, new or old)
     return row

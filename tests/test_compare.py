@@ -557,6 +557,11 @@ def test_a_kernel_whose_shape_changed_is_still_itself(tmp_path):
     names = [r["name"] for r in d["kernels"]]
     assert "softmax_normalize_kernel [256x131072 bfloat16 -> 512x65536 bfloat16]" in names
     assert all(r["verdict"] not in ("new", "gone") for r in d["kernels"])
+    # A side whose launch_metadata named no shape (HOOK unset) says so.
+    cur = scaled(HOOK, tmp_path / "bare.hatchet", 1.0, name, rename="softmax_normalize_kernel")
+    d = json.loads(cli(cur, "--diff", HOOK).stdout)["proton_diff"]
+    names = [r["name"] for r in d["kernels"]]
+    assert "softmax_normalize_kernel [256x131072 bfloat16 -> no shape]" in names
 
 
 def test_two_shapes_in_one_capture_stay_two_rows():
