@@ -84,14 +84,14 @@ PTX = tl.constexpr(not AMD and not fused.INTERPRET)  # inline PTX: compiled for 
 
 
 @triton.jit
-def _unseen(x, ALIGNED: tl.constexpr):  # noqa: ANN202 - a tensor of Triton's, as given
+def _unseen(x, VECTORS: tl.constexpr):  # noqa: ANN202 - a tensor of Triton's, as given
     """x, through inline assembly with side effects (is_pure=False), which Triton and
     LLVM neither merge nor move. Each use of a 16-bit tile then converts its pairs of
     values, as loaded, to float32 afresh; otherwise the compiler keeps the float32 values
     of one conversion alive instead, in twice the registers. Only for tiles loaded 16
-    bytes at a time (ALIGNED), whose values come in pairs; PTX, so on AMD and in the
+    bytes at a time (VECTORS), whose values come in pairs; PTX, so on AMD and in the
     interpreter (which has no inline assembly), x."""
-    if tl.constexpr(ALIGNED and x.dtype.primitive_bitwidth == 16 and PTX):
+    if tl.constexpr(VECTORS and x.dtype.primitive_bitwidth == 16 and PTX):
         bits = tl.inline_asm_elementwise(
             "mov.b32 $0, $1;",
             "=r,r",
@@ -160,7 +160,7 @@ def softmax_long_rows_kernel(
     n_tiles,
     BLOCK_N: tl.constexpr,
     TILES: tl.constexpr,
-    ALIGNED: tl.constexpr,
+    VECTORS: tl.constexpr,
     PEELED: tl.constexpr,
     TICKET: tl.constexpr,
 ):
@@ -195,8 +195,9 @@ def softmax_long_rows_kernel(
         mask = cols < n_cols - start
         out_start = row * n_cols + start
     scope("", "load")
-    # ALIGNED, the tile waits in its own dtype: a half tile in half the registers of its
-    # float32 values, so more programs fit an SM, with more loads in flight.
+    # Loaded 16 bytes at a time (VECTORS), the tile waits in its own dtype: a half tile in
+    # half the registers of its float32 values, so more programs fit an SM, with more
+    # loads in flight.
     x = tl.load(src, mask=mask, other=-float("inf"))
     scope("load", "partials")
     m = tl.max(x.to(tl.float32), axis=0)
@@ -208,17 +209,17 @@ def softmax_long_rows_kernel(
     # exp(-inf - -inf) = NaN. exp2 of a scaled difference: three instructions an element,
     # where tl.exp takes six.
     base = tl.where(m == -float("inf"), 0.0, m)
-    e = tl.exp2((_unseen(x, ALIGNED).to(tl.float32) - base) * LOG2E)
+    e = tl.exp2((_unseen(x, VECTORS).to(tl.float32) - base) * LOG2E)
     s = tl.sum(e, axis=0)
     if PEELED:
         s += tl.sum(tl.exp2((x_edge - base) * LOG2E), axis=0)
     row_max, row_sum = _merged(slot_ptr + LINE_SLOTS + row * TILES, tile, m, s, n_tiles, TILES)
     scope("merge", "store")
-    if ALIGNED:
+    if VECTORS:
         # exp(x - M) * (1 / S), converting the tile again. tl.exp here, not exp2: with it,
         # Triton 3.6's ptxas converts and writes a few elements at a time; with exp2, it
         # converts the whole tile first, in 16 more registers per thread (3.8's: 64 either way).
-        y = tl.exp(_unseen(x, ALIGNED).to(tl.float32) - row_max) * (1.0 / row_sum)
+        y = tl.exp(_unseen(x, VECTORS).to(tl.float32) - row_max) * (1.0 / row_sum)
     else:
         # Loaded an element a register, the tile takes as many registers as its float32
         # exponentials: those waited instead, and are scaled, not computed again.
@@ -373,11 +374,11 @@ def plan(
     n_rows: int,
     n_cols: int,
     itemsize: int,
-    aligned_rows: bool,
+    vectors: bool,
     device: int | None,
 ) -> Plan:
     """The Plan for rows of n_cols itemsize-byte elements that load 16 bytes at a time
-    (aligned_rows: aligned(), or peeled where peel() finds a lead) or not, on a GPU
+    (vectors: aligned(), or peeled where peel() finds a lead) or not, on a GPU
     (device: its index) or in the interpreter (device: None). Float32 rows of up to
     WHOLE_ROW_COLS columns are held whole, a row a program, where there are
     WHOLE_ROWS_PER_SM for each SM. Longer rows are held where the SMs this process may use
@@ -394,7 +395,7 @@ def plan(
     if itemsize == 4 and n_cols <= WHOLE_ROW_COLS and n_rows >= WHOLE_ROWS_PER_SM * n_sms:
         block_n = triton.next_power_of_2(n_cols)
         return Plan(fused.softmax_kernel, block_n, WHOLE_ROW_WARPS, (n_rows,), 1, 1, ticket=False)
-    element = itemsize if aligned_rows else 4  # bytes a register holds
+    element = itemsize if vectors else 4  # bytes a register holds
     tile = TILE_BYTES // element
     if element == 2 and n_rows * triton.cdiv(n_cols, SMALL_TILE_BYTES // 2) <= n_sms:
         tile = SMALL_TILE_BYTES // 2
@@ -404,9 +405,9 @@ def plan(
     if n_tiles <= min(n_sms, MERGE_TILES):
         grid = (n_rows * n_tiles,)
         few = n_rows <= FEW_ROWS and n_rows * n_cols <= FEW_ELEMENTS
-        if pdl and few and aligned_rows:
+        if pdl and few and vectors:
             return Plan(few_rows.softmax_partials_kernel, tile, num_warps, grid, n_tiles, tiles)
-        regs = HALF_TILE_REGS if aligned_rows and itemsize == 2 and not AMD else 0
+        regs = HALF_TILE_REGS if vectors and itemsize == 2 and not AMD else 0
         ticket = n_rows * n_tiles > n_sms
         tiles = max(tiles, LINE_SLOTS.value)
         return Plan(
@@ -470,7 +471,7 @@ def launch(rows: torch.Tensor, out: torch.Tensor, wrap: Callable | None = None) 
         slot_ptr=slots,
         lead=lead or 0,
         out_row_shift=n_cols - rows.stride(0),
-        ALIGNED=vectors,
+        VECTORS=vectors,
         PEELED=peeled,
         TICKET=p.ticket,
     )

@@ -146,7 +146,7 @@ def test_held_rows_of_several_tiles_scale_each_tile_s_sum_to_the_row_s_max(dtype
     with sm.launching(x):
         lr.softmax_long_rows_kernel[(rows * n_tiles,)](
             out, x, slots, rows, x.shape[1], x.shape[1], 1, 0, 0, n_tiles,
-            BLOCK_N=block_n, TILES=line, ALIGNED=False, PEELED=False, TICKET=False,
+            BLOCK_N=block_n, TILES=line, VECTORS=False, PEELED=False, TICKET=False,
         )  # fmt: skip
     assert_close(out, torch.softmax(x.float(), dim=1))
 
@@ -222,7 +222,7 @@ def test_held_rows_by_program_id(monkeypatch, dtype):
         check(x, lr.softmax)
     (grid, aligned), (_, strided) = spy.launches
     assert grid == (5,) and not aligned["TICKET"] and not strided["TICKET"]
-    assert aligned["ALIGNED"] and not strided["ALIGNED"]
+    assert aligned["VECTORS"] and not strided["VECTORS"]
     assert not aligned["PEELED"] and not strided["PEELED"]
 
 
@@ -303,7 +303,7 @@ def test_peeled_rows_match_torch(monkeypatch, sms, dtype):
         check(x, lr.softmax)
         grid, args = spy.launches[-1]
         # The tile starts on the 16 bytes the first row starts in, `lead` elements in.
-        assert args["PEELED"] and args["ALIGNED"] and args["lead"] == lead, name
+        assert args["PEELED"] and args["VECTORS"] and args["lead"] == lead, name
         assert args["in_ptr"].data_ptr() % 16 == 0, name
 
 
@@ -402,7 +402,7 @@ def test_small_batches_of_logits_take_tiles_by_program_id(monkeypatch, cols, ite
 
 
 @pytest.mark.parametrize(
-    "rows, cols, itemsize, aligned_rows, major, few",
+    "rows, cols, itemsize, vectors, major, few",
     [
         (1, 151936, 2, True, 9, True),  # a lone row on an H100
         (16, 128256, 2, True, 9, True),
@@ -417,10 +417,10 @@ def test_small_batches_of_logits_take_tiles_by_program_id(monkeypatch, cols, ite
     ],
 )
 def test_a_few_rows_take_two_launches_where_the_gpu_has_pdl(
-    monkeypatch, rows, cols, itemsize, aligned_rows, major, few
+    monkeypatch, rows, cols, itemsize, vectors, major, few
 ):
     gpu(monkeypatch, sms=132, major=major)
-    p = lr.plan(rows, cols, itemsize, aligned_rows, 0)
+    p = lr.plan(rows, cols, itemsize, vectors, 0)
     assert (p.kernel is few_rows.softmax_partials_kernel) == few
     if few:  # the tiles, warps and grid the held kernel would have had
         monkeypatch.setattr(lr, "FEW_ROWS", 0)
@@ -537,7 +537,7 @@ def test_a_small_batch_of_16_bit_rows_takes_smaller_tiles(
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["eager", "op"])
 def test_the_launch_on_a_gpu(monkeypatch, wrapped):
-    # Held tiles get their layout (ALIGNED, PEELED with its lead and out's shift), TICKET
+    # Held tiles get their layout (VECTORS, PEELED with its lead and out's shift), TICKET
     # and empty slots, and maxnreg (16-bit, outside the op: wrap_triton does not pass it
     # on); lagged tiles their lag and counters; whole rows softmax.py's arguments.
     held_, lagged, whole = Recorder(), Recorder(), Recorder()
@@ -554,7 +554,7 @@ def test_the_launch_on_a_gpu(monkeypatch, wrapped):
     ((grid, args),) = held_.launches
     assert grid == (80,) and args["in_ptr"] is x and args["n_tiles"] == 2
     assert args["BLOCK_N"] == 16384 and args["num_warps"] == 8
-    assert args["ALIGNED"] and not args["PEELED"] and not args["TICKET"]
+    assert args["VECTORS"] and not args["PEELED"] and not args["TICKET"]
     assert args["slot_ptr"].shape == (16 + 40 * 16,) and not args["slot_ptr"].any()
     assert args.get("maxnreg") == (None if wrapped else lr.HALF_TILE_REGS)
     assert "lag" not in args and lagged.launches == [] and whole.launches == []
@@ -562,7 +562,7 @@ def test_the_launch_on_a_gpu(monkeypatch, wrapped):
     lr.launch(x, torch.empty_like(x), wrap)
     grid, args = held_.launches[-1]
     assert grid == (14,) and args["n_tiles"] == 7 and args["BLOCK_N"] == 8192
-    assert args["ALIGNED"] and args["PEELED"] and args["lead"] == 0
+    assert args["VECTORS"] and args["PEELED"] and args["lead"] == 0
     assert args["out_row_shift"] == 0  # out's rows as in's: stored 16 bytes at a time too
     assert args.get("maxnreg") == (None if wrapped else lr.HALF_TILE_REGS)
     lr.launch(randn(2, 200 * 8192), torch.empty(2, 200 * 8192, device=sm.DEVICE))
@@ -615,7 +615,7 @@ HELD_ARGS = dict(
     out_row_shift="i32",
     n_tiles="i32",
     TILES=16,
-    ALIGNED=True,
+    VECTORS=True,
     PEELED=False,
     TICKET=True,
 )
@@ -647,7 +647,7 @@ JOBS = {
     "peeled fp32": ("held", SM90, "fp32", dict(BLOCK_N=8192, PEELED=True), CONTIGUOUS, 4),
     "peeled padded": ("held", SM90, "bf16", dict(BLOCK_N=16384, PEELED=True), PADDED, 8),
     "held fp32 gfx942": ("held", GFX942, "fp32", dict(BLOCK_N=8192), CONTIGUOUS, 2),
-    "unpeeled bf16": ("held", SM90, "bf16", dict(BLOCK_N=8192, ALIGNED=False), ["out_ptr"], 4),
+    "unpeeled bf16": ("held", SM90, "bf16", dict(BLOCK_N=8192, VECTORS=False), ["out_ptr"], 4),
     "partials bf16": ("partials", SM90, "bf16", {}, ["in_ptr", "n_cols", "in_row_stride"], 4),
     "merge bf16": ("merge", SM90, "bf16", {}, ["out_ptr", "in_ptr", "n_cols", "in_row_stride"], 4),
     "merge fp32 gfx942": ("merge", GFX942, "fp32", dict(PDL=False), ["out_ptr", "in_ptr"], 2),
