@@ -117,7 +117,7 @@ class Plan(NamedTuple):
 
 
 @functools.cache
-def plan(n_rows: int, n_cols: int, device: int | None, itemsize: int = 2) -> Plan:
+def plan(n_rows: int, n_cols: int, device: int | None, itemsize: int) -> Plan:
     """The Plan for rows of itemsize-byte columns on GPU `device`, or interpreted (None)."""
     if device is None:
         n_sms, warp_size, tile_elems = 1, 32, INTERPRETER_TILE_ELEMS

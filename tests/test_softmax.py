@@ -219,7 +219,7 @@ def test_the_plan_on_a_gpu(monkeypatch, rows, cols, size, sms, warp_size, planne
 
 def test_the_interpreter_gets_few_large_programs():
     # Each program is interpreted in Python: 256 rows of 1024 run as 4 programs, not 256.
-    assert sm.plan(256, 1024, None).grid == (4,)
+    assert sm.plan(256, 1024, None, 4).grid == (4,)
 
 
 def test_the_launch_passes_the_plan_and_the_rows_strides(monkeypatch):
