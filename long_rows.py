@@ -12,8 +12,9 @@ merge them, none able to deadlock (docs/kernel.md says why each is fast):
 - softmax_long_rows_kernel, where the GPU holds a row's tiles at once: each program keeps
   its tile in registers while the row's partials arrive, as packed 64-bit slots, then
   writes it: read once. Programs take their tile by atomic ticket, in the order they
-  start, as in decoupled look-back (Merrill & Garland, 2016) and Stream-K (Osama et al.,
-  2023), or by program id where the GPU holds every program of the launch at once.
+  start, as decoupled look-back takes its dynamic partition index (Merrill & Garland,
+  2016), or by program id where the GPU holds every program of the launch at once, as a
+  cooperative launch guarantees.
 - few_rows.py's partials kernel, then its merge kernel, for a few rows that fit the L2 on
   NVIDIA GPUs with programmatic dependent launch (PDL): no slots to zero and no spin
   on atomics; the merge launches while the partials run, as FlashInfer merges attention
@@ -61,10 +62,9 @@ HALF_TILE_REGS = 48
 # its own: late enough for that row to be reduced, soon enough to read it again from L2.
 LAG_PER_SM = 2
 # At most FEW_ROWS rows of FEW_ELEMENTS in all that load 16 bytes at a time (aligned or
-# peeled), on a GPU with PDL, take few_rows.py's two launches instead of the held kernel:
-# on an H100, 1.07-1.29x faster at 1 and 16 rows of 32000 to 151936 columns (50257:
-# 1.10-1.28x) and 1 of 256000, in bf16 and fp32; 0.95x at 16 x 256000 bf16 and
-# 0.69-0.72x at 256 rows (bench/results/ab/*-lone-row.json).
+# peeled), on a GPU with PDL, take few_rows.py's two launches, not the held kernel: on an
+# H100 1.07-1.29x faster at 1 and 16 rows of 32000 to 151936 columns and 1 of 256000, in
+# bf16 and fp32; 0.95x at 16 x 256000 bf16, 0.69-0.72x at 256 rows (ab/*-lone-row.json).
 FEW_ROWS = 16
 FEW_ELEMENTS = 3 * 2**20
 MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
@@ -85,12 +85,12 @@ PTX = tl.constexpr(not AMD and not fused.INTERPRET)  # inline PTX: compiled for 
 
 @triton.jit
 def _unseen(x, VECTORS: tl.constexpr):  # noqa: ANN202 - a tensor of Triton's, as given
-    """x, through inline assembly with side effects (is_pure=False), which Triton and
-    LLVM neither merge nor move. Each use of a 16-bit tile then converts its pairs of
-    values, as loaded, to float32 afresh; otherwise the compiler keeps the float32 values
-    of one conversion alive instead, in twice the registers. Only for tiles loaded 16
-    bytes at a time (VECTORS), whose values come in pairs; PTX, so on AMD and in the
-    interpreter (which has no inline assembly), x."""
+    """x, through an optimisation barrier: inline assembly with side effects
+    (is_pure=False), which Triton and LLVM neither merge nor move. Each use of a 16-bit
+    tile then converts its pairs of values, as loaded, to float32 afresh (rematerialised);
+    otherwise the compiler keeps the float32 values of one conversion alive instead, in
+    twice the registers. Only for tiles loaded 16 bytes at a time (VECTORS), whose values
+    come in pairs; PTX, so on AMD and in the interpreter (which has no inline assembly), x."""
     if tl.constexpr(VECTORS and x.dtype.primitive_bitwidth == 16 and PTX):
         bits = tl.inline_asm_elementwise(
             "mov.b32 $0, $1;",
@@ -269,8 +269,8 @@ def softmax_long_rows_lagged_kernel(
         m = tl.max(x, axis=0)  # a tile of -inf adds 0 and a NaN stays NaN, as held
         tl.store(max_ptr + ticket, m)
         tl.store(sum_ptr + ticket, tl.sum(tl.exp(x - tl.where(m == -float("inf"), 0.0, m)), 0))
-        # The row's last tile to arrive (acq_rel: it sees the others' partials) merges
-        # them, once a row, into the row's first slots, and arrives again (release).
+        # The row's last tile to arrive (acq_rel: it sees the others' partials) merges them
+        # into the row's first slots, and arrives again (release): a last-block reduction.
         if tl.atomic_add(counter_ptr + (1 + row) * COUNTER_STRIDE, 1, sem="acq_rel") == n_tiles - 1:
             row_max = tl.full((), -float("inf"), tl.float32)
             row_sum = tl.full((), 0.0, tl.float32)
