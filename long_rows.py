@@ -1,4 +1,4 @@
-"""Rows too long for one program, cut into tiles across programs: softmax.py's long rows.
+"""softmax.py's long rows, past MAX_FUSED_COLS columns: cut into tiles across programs.
 
     python long_rows.py --cols 100000       (softmax.py's check, 8 x 131072 by default)
 
