@@ -64,7 +64,7 @@ LAG_PER_SM = 2
 # At most FEW_ROWS rows of FEW_ELEMENTS in all that load 16 bytes at a time (aligned or
 # peeled), on a GPU with PDL, take few_rows.py's two launches, not the held kernel: on an
 # H100 1.07-1.29x faster at 1 and 16 rows of 32000 to 151936 columns and 1 of 256000, in
-# bf16 and fp32; 0.95x at 16 x 256000 bf16, 0.69-0.72x at 256 rows (ab/*-lone-row.json).
+# bf16 and fp32; 0.95x at 16 x 256000 bf16, 0.69-0.72x at 256 rows (bench/results/ab).
 FEW_ROWS = 16
 FEW_ELEMENTS = 3 * 2**20
 MERGE_TILES = 1024  # partials merged at a time: TILES, a power of two, at most this
